@@ -1,0 +1,371 @@
+"""The public Python API: load a model, generate or stream replies, chat with a kept cache.
+
+import spinkv
+model = spinkv.load()                       # the default model (SmolLM2-135M-Instruct)
+print(model.generate("What is the capital of France?").text)
+for piece in model.stream("Tell me a joke", sampling=spinkv.SamplingParams(temperature=0.7)):
+    print(piece, end="", flush=True)
+chat = model.chat()
+for piece in chat.send("Hi!"):
+    print(piece, end="")
+logits = model.logits(model.tokenize("Hello world"))   # np.ndarray [T, vocab], float32
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypedDict, Union
+
+import numpy as np
+
+from spinkv import _native
+from spinkv.chat_template import ChatTemplate, load_chat_template
+from spinkv.errors import InvalidInputError, UnsupportedError
+from spinkv.generation import (
+    PREFILL_CHUNK_TOKENS,
+    GenerationResult,
+    TextStream,
+    TurnSpec,
+    chunked,
+)
+from spinkv.kv_options import KvSpec, kv_dict
+from spinkv.sampling import SamplingParams
+from spinkv.timing import GenerationTimings
+from spinkv.tokenizer import Tokenizer, load_tokenizer
+
+
+class ChatMessage(TypedDict):
+    role: str
+    content: str
+
+
+Prompt = Union[str, Sequence[ChatMessage]]
+
+DEFAULT_MAX_TOKENS = 512
+
+
+def load(model: str | Path | None = None, *, threads: int | None = None) -> LoadedModel:
+    """Load a model: a local HF-layout directory, a name in the model store, an HF repo id,
+    or None for the default model (imported into the store on first use).
+
+    threads sets the runtime's thread count for the whole process (default: all cores).
+    """
+    from spinkv.store import resolve_model
+
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise InvalidInputError(f"invalid threads {threads!r}: must be an integer >= 1")
+        _native.set_threads(threads)
+    path = resolve_model(None if model is None else str(model))
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(path)
+    chat_template = load_chat_template(path)
+    native_model = _native.Model.load(str(path))
+    load_ms = (time.perf_counter() - started) * 1000.0
+    name = path.name if model is None or Path(str(model)).expanduser().exists() else str(model)
+    return LoadedModel(native_model, tokenizer, chat_template, Path(path), load_ms, name=name)
+
+
+class LoadedModel:
+    """A model in memory with its tokenizer and chat template. Cheap to share: every
+    generation or chat gets its own native session (KV cache)."""
+
+    def __init__(
+        self,
+        native_model: _native.Model,
+        tokenizer: Tokenizer,
+        chat_template: ChatTemplate | None,
+        path: Path,
+        load_ms: float,
+        *,
+        name: str | None = None,
+    ) -> None:
+        self.native = native_model
+        self.name = name or path.name
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.path = path
+        self.load_ms = load_ms
+        self.config: dict[str, Any] = dict(native_model.config)
+        self.max_context: int = int(self.config["max_context"])
+        self.vocab_size: int = int(self.config["vocab_size"])
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The runtime's view of the model: shapes, dtype, parameters, context, EOS ids."""
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            **self.config,
+            "eos_token_ids": sorted(self.tokenizer.eos_token_ids),
+            "chat_template": None if self.chat_template is None else self.chat_template.origin,
+            "isa": _native.isa(),
+            "threads": _native.threads(),
+        }
+
+    # ---- text <-> tokens -------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    def detokenize(self, token_ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    def render_chat(
+        self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True
+    ) -> str:
+        """The conversation as the model sees it, through its chat template."""
+        if self.chat_template is None:
+            raise UnsupportedError(f"{self.path.name} has no chat template: use raw prompts")
+        return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt)
+
+    def prompt_token_ids(
+        self, prompt: Prompt, *, system: str | None = None, raw: bool = False
+    ) -> list[int]:
+        """Token ids for a prompt: a user message (with optional system message) or a list
+        of messages, through the chat template; raw=True tokenizes a string as it is."""
+        if raw:
+            if not isinstance(prompt, str):
+                raise InvalidInputError("raw=True takes a string prompt, not messages")
+            return self.tokenize(prompt, add_special_tokens=True)
+        return self.tokenize(self.render_chat(_messages(prompt, system)))
+
+    # ---- sessions and generation -----------------------------------------------------
+
+    def session(self, kv: KvSpec = None) -> _native.Session:
+        """A fresh native session (its own KV cache), for callers that drive the runtime."""
+        return self.native.session(kv_dict(kv))
+
+    def context_limit(self, kv: KvSpec = None) -> int:
+        options = kv_dict(kv) or {}
+        return int(options.get("max_context") or self.max_context)
+
+    def stream(
+        self,
+        prompt: Prompt,
+        *,
+        system: str | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        sampling: SamplingParams | None = None,
+        kv: KvSpec = None,
+        raw: bool = False,
+    ) -> TextStream:
+        """Start one reply; iterate for text pieces, then read `.result` (text, token
+        counts, finish_reason, timings)."""
+        started = time.perf_counter()
+        prompt_ids = self.prompt_token_ids(prompt, system=system, raw=raw)
+        timings = self.new_timings(tokenize_ms=(time.perf_counter() - started) * 1000.0)
+        spec = self.turn_spec(prompt_ids, sampling, max_tokens, kv, timings)
+        return TextStream(self.session(kv), spec)
+
+    def generate(
+        self,
+        prompt: Prompt,
+        *,
+        system: str | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        sampling: SamplingParams | None = None,
+        kv: KvSpec = None,
+        raw: bool = False,
+    ) -> GenerationResult:
+        """One complete reply."""
+        stream = self.stream(
+            prompt, system=system, max_tokens=max_tokens, sampling=sampling, kv=kv, raw=raw
+        )
+        return stream.read_all()
+
+    def chat(
+        self,
+        system: str | None = None,
+        *,
+        kv: KvSpec = None,
+        sampling: SamplingParams | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> ChatSession:
+        """A conversation whose KV cache is kept between turns."""
+        return ChatSession(self, system=system, kv=kv, sampling=sampling, max_tokens=max_tokens)
+
+    def logits(self, token_ids: Sequence[int], *, kv: KvSpec = None) -> np.ndarray:
+        """Logits after every position of token_ids: float32 array [T, vocab]."""
+        ids = self._checked_token_ids(token_ids, self.context_limit(kv))
+        session = self.session(kv)
+        rows = [session.prefill(chunk, True) for chunk in chunked(ids, PREFILL_CHUNK_TOKENS)]
+        return np.concatenate([np.asarray(r, dtype=np.float32) for r in rows], axis=0)
+
+    # ---- helpers shared with ChatSession ---------------------------------------------
+
+    def new_timings(self, tokenize_ms: float = 0.0) -> GenerationTimings:
+        return GenerationTimings(
+            load_ms=self.load_ms,
+            tokenize_ms=tokenize_ms,
+            isa=_native.isa(),
+            threads=_native.threads(),
+        )
+
+    def turn_spec(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams | None,
+        max_tokens: int,
+        kv: KvSpec,
+        timings: GenerationTimings,
+    ) -> TurnSpec:
+        return TurnSpec(
+            prompt_ids=prompt_ids,
+            sampling=sampling or SamplingParams(),
+            max_tokens=max_tokens,
+            eos_ids=self.tokenizer.eos_token_ids,
+            max_context=self.context_limit(kv),
+            tokenizer=self.tokenizer,
+            timings=timings,
+        )
+
+    def _checked_token_ids(self, token_ids: Sequence[int], limit: int) -> list[int]:
+        ids = [int(t) for t in token_ids]
+        if not ids:
+            raise InvalidInputError("no token ids given")
+        bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise InvalidInputError(
+                f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})"
+            )
+        if len(ids) > limit:
+            raise InvalidInputError(f"{len(ids)} tokens do not fit the context of {limit}")
+        return ids
+
+
+def _messages(prompt: Prompt, system: str | None) -> list[ChatMessage]:
+    if isinstance(prompt, str):
+        messages: list[ChatMessage] = [{"role": "user", "content": prompt}]
+    else:
+        messages = [_checked_message(m) for m in prompt]
+    if system is not None:
+        if messages and messages[0]["role"] == "system":
+            raise InvalidInputError("system given twice: as an argument and as the first message")
+        messages.insert(0, {"role": "system", "content": system})
+    if not messages:
+        raise InvalidInputError("no messages given")
+    return messages
+
+
+def _checked_message(message: Mapping[str, Any]) -> ChatMessage:
+    role, content = message.get("role"), message.get("content")
+    if not isinstance(role, str) or not isinstance(content, str):
+        raise InvalidInputError(f"a message needs string 'role' and 'content': {message!r}")
+    return {"role": role, "content": content}
+
+
+class ChatSession:
+    """A conversation that keeps its native session (KV cache) between turns.
+
+    Each turn renders the whole conversation with the chat template, keeps the cached
+    tokens that are a prefix of the new rendering and prefills only the rest: normally the
+    end-of-reply marker and the new user turn. Where the reply's text tokenizes differently
+    from the sampled tokens, or the system prompt changed, the cache is cut back to the
+    common prefix, so the cache always matches the conversation.
+
+    An interrupted reply (Ctrl-C, or the stream closed early) keeps the text streamed so far
+    as the assistant message, like ollama; if nothing was streamed the user turn is dropped.
+    A runtime error drops the turn and resets the cache, which is rebuilt on the next turn.
+    """
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        system: str | None = None,
+        kv: KvSpec = None,
+        sampling: SamplingParams | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        self.model = model
+        self.kv = kv_dict(kv)
+        self.sampling = sampling or SamplingParams()
+        self.max_tokens = max_tokens
+        self.system = system
+        self._history: list[ChatMessage] = []
+        self._session = model.session(self.kv)
+        self._active: TextStream | None = None
+        self.last_result: GenerationResult | None = None
+
+    @property
+    def history(self) -> list[ChatMessage]:
+        """The user and assistant turns so far (a copy; the system prompt is `.system`)."""
+        return [dict(m) for m in self._history]  # type: ignore[misc]
+
+    @property
+    def messages(self) -> list[ChatMessage]:
+        """What the chat template renders: the system message (if set) and the history."""
+        head: list[ChatMessage] = []
+        if self.system is not None:
+            head.append({"role": "system", "content": self.system})
+        return head + self.history
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._session)
+
+    def send(
+        self,
+        text: str,
+        *,
+        sampling: SamplingParams | None = None,
+        max_tokens: int | None = None,
+    ) -> TextStream:
+        """Add a user turn and start the reply; iterate the stream for text pieces."""
+        self._close_active()
+        started = time.perf_counter()
+        user: ChatMessage = {"role": "user", "content": text}
+        prompt_ids = self.model.tokenize(self.model.render_chat(self.messages + [user]))
+        timings = self.model.new_timings(tokenize_ms=(time.perf_counter() - started) * 1000.0)
+        spec = self.model.turn_spec(
+            prompt_ids,
+            sampling or self.sampling,
+            self.max_tokens if max_tokens is None else max_tokens,
+            self.kv,
+            timings,
+        )
+
+        def record(result: GenerationResult) -> None:
+            self.last_result = result
+            if result.finish_reason == "interrupted" and not result.text:
+                return
+            self._history.append(user)
+            self._history.append({"role": "assistant", "content": result.text})
+
+        self._active = TextStream(
+            self._session, spec, on_finish=record, on_failure=self._session.reset
+        )
+        return self._active
+
+    def ask(self, text: str, **options: Any) -> GenerationResult:
+        """send() and wait for the whole reply."""
+        return self.send(text, **options).read_all()
+
+    def clear(self) -> None:
+        """Forget the conversation (the system prompt stays) and empty the cache."""
+        self._close_active()
+        self._history.clear()
+        self._session.reset()
+
+    def set_system(self, system: str | None) -> None:
+        """Change the system prompt (None: the template's default). The history stays; the
+        next turn recomputes the cache from the first token that changed."""
+        self._close_active()
+        self.system = system
+
+    def stats(self) -> dict[str, Any]:
+        """KV cache statistics from the runtime, plus the conversation's size."""
+        return {
+            "turns": len(self._history) // 2,
+            "cached_tokens": len(self._session),
+            "max_context": self.model.context_limit(self.kv),
+            "cache": dict(self._session.cache_stats()),
+        }
+
+    def _close_active(self) -> None:
+        if self._active is not None and not self._active.finished:
+            self._active.close()
+        self._active = None

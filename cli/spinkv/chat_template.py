@@ -1,0 +1,166 @@
+"""Rendering a model's Jinja2 chat template, the way HF transformers does.
+
+The template comes from tokenizer_config.json ("chat_template": a string, or a list of named
+templates of which "default" is used) or from chat_template.jinja. It is rendered in a
+sandboxed Jinja2 environment with trim_blocks and lstrip_blocks, the loopcontrols extension,
+`raise_exception`, `strftime_now` and an HF-compatible `tojson` filter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from spinkv.errors import InvalidInputError, ModelFormatError
+from spinkv.model_info import read_json
+
+# Used for models that ship no template (base models): plain ChatML.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+class TemplateError(InvalidInputError):
+    """The template refused the conversation (its own `raise_exception`)."""
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise TemplateError(f"chat template: {message}")
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> Any:
+    from jinja2 import nodes
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationTag(Extension):
+        """`{% generation %}...{% endgeneration %}` (HF assistant masks): renders its body."""
+
+        tags = {"generation"}  # noqa: RUF012
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            call = self.call_method("_render_body")
+            return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+        def _render_body(self, caller: Any) -> str:
+            return str(caller())
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+class ChatTemplate:
+    """A compiled chat template with the model's special tokens."""
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        origin: str = "model",
+    ) -> None:
+        from jinja2 import TemplateError as JinjaError
+
+        self.source = source
+        self.origin = origin
+        self.bos_token = bos_token or ""
+        self.eos_token = eos_token or ""
+        try:
+            self._template = _environment().from_string(source)
+        except JinjaError as exc:
+            raise ModelFormatError(f"chat template ({origin}) does not compile: {exc}") from exc
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        **variables: Any,
+    ) -> str:
+        """The prompt text for messages ([{"role": ..., "content": ...}, ...])."""
+        from jinja2 import TemplateError as JinjaError
+
+        for m in messages:
+            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+                raise InvalidInputError(f"chat message without a role: {m!r}")
+        context = {
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            **variables,
+            "messages": [dict(m) for m in messages],
+            "add_generation_prompt": add_generation_prompt,
+        }
+        try:
+            return str(self._template.render(**context))
+        except TemplateError:
+            raise
+        except JinjaError as exc:
+            raise ModelFormatError(f"chat template ({self.origin}) failed: {exc}") from exc
+
+
+def read_template_source(model_dir: Path) -> tuple[str, str] | None:
+    """(template text, where it came from) of a model directory, or None if it has none."""
+    model_dir = Path(model_dir)
+    config_path = model_dir / "tokenizer_config.json"
+    if config_path.is_file():
+        template = read_json(config_path).get("chat_template")
+        if isinstance(template, list):
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default") or next(iter(named.values()), None)
+        if isinstance(template, str) and template.strip():
+            return template, "tokenizer_config.json"
+    jinja_path = model_dir / "chat_template.jinja"
+    if jinja_path.is_file():
+        return jinja_path.read_text(encoding="utf-8"), "chat_template.jinja"
+    return None
+
+
+def load_chat_template(model_dir: Path, fallback: bool = True) -> ChatTemplate | None:
+    """The model's chat template (bos/eos tokens from tokenizer_config.json). A model without
+    one gets plain ChatML (origin "chatml-default") if fallback, else None."""
+    model_dir = Path(model_dir)
+    config_path = model_dir / "tokenizer_config.json"
+    config = read_json(config_path) if config_path.is_file() else {}
+
+    def token(key: str) -> str | None:
+        value = config.get(key)
+        if isinstance(value, dict):
+            value = value.get("content")
+        return value if isinstance(value, str) else None
+
+    found = read_template_source(model_dir)
+    if found is None and not fallback:
+        return None
+    source, origin = found if found else (CHATML_TEMPLATE, "chatml-default")
+    return ChatTemplate(
+        source, bos_token=token("bos_token"), eos_token=token("eos_token"), origin=origin
+    )

@@ -1,0 +1,112 @@
+"""The `spinkv` command: the typer app and the one place errors become output."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from types import ModuleType
+
+import typer
+
+from spinkv.commands import chat, models, run
+from spinkv.commands.failures import debug_enabled, describe, user_error_types
+from spinkv.commands.render import print_error
+
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 1
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+app = typer.Typer(
+    name="spinkv",
+    help="A small, fast Llama-family inference runtime with a paged, quantized KV cache.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("run")(run.run)
+app.command("chat")(chat.chat)
+app.add_typer(models.app, name="models")
+
+
+def _click_exceptions() -> ModuleType:
+    """typer >= 0.2x vendors click as typer._click; older typer uses click itself."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+_cli_errors = _click_exceptions()
+ClickException: type[Exception] = _cli_errors.ClickException
+UsageError: type[Exception] = _cli_errors.UsageError
+NoArgsIsHelpError: type[Exception] = getattr(_cli_errors, "NoArgsIsHelpError", type(None))
+ABORTS = (KeyboardInterrupt, typer.Abort, getattr(_cli_errors, "Abort", typer.Abort))
+EXITS = (typer.Exit, getattr(_cli_errors, "Exit", typer.Exit))
+
+
+def run_cli(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code; every error is printed here, in one line."""
+    command = typer.main.get_command(app)
+    try:
+        outcome = command.main(
+            args=list(sys.argv[1:] if argv is None else argv),
+            prog_name="spinkv",
+            standalone_mode=False,
+        )
+    except ABORTS:
+        return EXIT_INTERRUPTED
+    except EXITS as exit_:
+        return int(exit_.exit_code)
+    except NoArgsIsHelpError as help_:
+        help_.show()  # type: ignore[attr-defined]
+        return EXIT_USER_ERROR
+    except ClickException as usage:
+        _show_debug_traceback()
+        hint = ""
+        if isinstance(usage, UsageError) and usage.ctx is not None:
+            hint = f" (see '{usage.ctx.command_path} --help')"
+        print_error(usage.format_message() + hint)
+        return EXIT_USER_ERROR
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except user_error_types() as error:
+        _show_debug_traceback()
+        print_error(describe(error))
+        return EXIT_USER_ERROR
+    except Exception as bug:
+        _show_debug_traceback()
+        print_error(
+            f"unexpected {type(bug).__name__}: {describe(bug)} "
+            "(set SPINKV_DEBUG=1 to see the traceback)"
+        )
+        return EXIT_INTERNAL_ERROR
+    return outcome if isinstance(outcome, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    code = run_cli()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        code = EXIT_BROKEN_PIPE
+    sys.exit(code)
+
+
+def _show_debug_traceback() -> None:
+    if debug_enabled():
+        traceback.print_exc(file=sys.stderr)
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush
+    does not raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

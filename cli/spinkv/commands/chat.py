@@ -1,0 +1,195 @@
+"""`spinkv chat`: a streaming REPL whose KV cache is kept between turns."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Callable
+
+from spinkv.commands import options as opt
+from spinkv.commands.history import LineHistory
+from spinkv.commands.render import (
+    cache_stats_tables,
+    print_error,
+    print_note,
+    print_timings,
+    stderr,
+    write_text,
+)
+from spinkv.errors import SpinkvError
+
+if TYPE_CHECKING:
+    from spinkv.api import ChatSession
+
+BLOCK_QUOTE = '"""'
+PROMPT = ">>> "
+CONTINUATION = "... "
+
+HELP = """\
+/help            this list
+/clear           forget the conversation (keeps the system prompt)
+/system [TEXT]   set the system prompt; without TEXT, back to the template's default
+/stats           KV cache statistics
+/exit            leave (also /quit, /bye, Ctrl-D, or Ctrl-C twice)
+\"\"\"           start and end a multi-line message
+Ctrl-C           stop the reply being written; the conversation keeps what was shown"""
+
+
+def read_message(read_line: Callable[[str], str], prompt: str = PROMPT) -> str:
+    """One user message: a line, or a block between triple quotes spanning lines.
+
+    Raises EOFError at end of input (Ctrl-D) and KeyboardInterrupt on Ctrl-C.
+    """
+    first = read_line(prompt)
+    if not first.lstrip().startswith(BLOCK_QUOTE):
+        return first
+    body = first.lstrip()[len(BLOCK_QUOTE) :]
+    if body.rstrip().endswith(BLOCK_QUOTE):
+        return body.rstrip()[: -len(BLOCK_QUOTE)]
+    lines = [body] if body else []
+    while True:
+        line = read_line(CONTINUATION if prompt else "")
+        if line.rstrip().endswith(BLOCK_QUOTE):
+            last = line.rstrip()[: -len(BLOCK_QUOTE)]
+            if last:
+                lines.append(last)
+            return "\n".join(lines)
+        lines.append(line)
+
+
+def parse_command(line: str) -> tuple[str, str] | None:
+    """('/name', 'argument text') for a slash command, None for a message."""
+    stripped = line.strip()
+    if not stripped.startswith("/") or stripped.startswith("//"):
+        return None
+    name, _, argument = stripped.partition(" ")
+    return name.lower(), argument.strip()
+
+
+class ChatRepl:
+    """Reads messages, streams replies, runs slash commands."""
+
+    def __init__(self, chat: ChatSession, *, quiet: bool, verbose: bool) -> None:
+        self.chat = chat
+        self.quiet = quiet
+        self.verbose = verbose
+        self.interactive = sys.stdin.isatty()
+        self.replies = 0
+        self.pending_interrupts = 0
+
+    def loop(self) -> None:
+        if self.interactive and not self.quiet:
+            print_note(
+                f"spinkv chat · {self.chat.model.info['name']} · /help for commands · "
+                "Ctrl-D to leave"
+            )
+        while True:
+            try:
+                line = read_message(input, PROMPT if self.interactive else "")
+            except EOFError:
+                if self.interactive:
+                    stderr.print()
+                return
+            except KeyboardInterrupt:
+                stderr.print()
+                self.pending_interrupts += 1
+                if self.pending_interrupts >= 2:
+                    return
+                print_note("(Ctrl-C again or Ctrl-D to leave)")
+                continue
+            self.pending_interrupts = 0
+            if not line.strip():
+                continue
+            command = parse_command(line)
+            if command is None:
+                self.reply(line)
+            elif not self.run_command(*command):
+                return
+
+    def reply(self, text: str) -> None:
+        try:
+            stream = self.chat.send(text)
+        except KeyboardInterrupt:
+            self.pending_interrupts = 1
+            return
+        except SpinkvError as exc:
+            print_error(str(exc))
+            return
+        try:
+            for piece in stream:
+                write_text(piece)
+        except KeyboardInterrupt:
+            stream.close()
+            self.pending_interrupts = 1
+        except SpinkvError as exc:
+            write_text("\n")
+            print_error(str(exc))
+            return
+        result = stream.result
+        if result.text and not result.text.endswith("\n"):
+            write_text("\n")
+        if not self.quiet:
+            print_timings(result, verbose=self.verbose, show_load=self.replies == 0)
+        elif result.finish_reason == "interrupted":
+            print_note("[interrupted]")
+        self.replies += 1
+
+    def run_command(self, name: str, argument: str) -> bool:
+        """Runs one slash command; False means leave."""
+        if name in ("/exit", "/quit", "/bye"):
+            return False
+        if name in ("/help", "/?"):
+            stderr.print(HELP, markup=False)
+        elif name == "/clear":
+            self.chat.clear()
+            print_note("conversation cleared")
+        elif name == "/system":
+            self.chat.set_system(argument or None)
+            print_note(f"system prompt: {argument}" if argument else "system prompt: default")
+        elif name == "/stats":
+            for table in cache_stats_tables(self.chat.stats()):
+                stderr.print(table)
+        else:
+            print_error(f"unknown command {name}: /help lists the commands")
+        return True
+
+
+def chat(
+    model: opt.ModelOption = None,
+    system: opt.SystemOption = None,
+    max_tokens: opt.MaxTokensOption = 1024,
+    threads: opt.ThreadsOption = None,
+    temperature: opt.TemperatureOption = opt.DEFAULTS.temperature,
+    top_k: opt.TopKOption = opt.DEFAULTS.top_k,
+    top_p: opt.TopPOption = opt.DEFAULTS.top_p,
+    min_p: opt.MinPOption = opt.DEFAULTS.min_p,
+    repeat_penalty: opt.RepeatPenaltyOption = opt.DEFAULTS.repetition_penalty,
+    repeat_last_n: opt.RepeatLastNOption = opt.DEFAULTS.repeat_last_n,
+    seed: opt.SeedOption = None,
+    kv: opt.KvPresetOption = None,
+    k_bits: opt.KBitsOption = None,
+    v_bits: opt.VBitsOption = None,
+    kv_window: opt.KvWindowOption = None,
+    kv_page: opt.KvPageOption = None,
+    quiet: opt.QuietOption = False,
+    verbose: opt.VerboseOption = False,
+) -> None:
+    """Chat with a model; the KV cache is kept between turns. /help lists the commands."""
+    sampling = opt.sampling_from_flags(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        repeat_last_n=repeat_last_n,
+        seed=seed,
+    )
+    kv_dict = opt.kv_from_flags(
+        preset=kv, k_bits=k_bits, v_bits=v_bits, window=kv_window, page_tokens=kv_page
+    )
+
+    import spinkv.api as api
+
+    loaded = api.load(model, threads=threads)
+    session = loaded.chat(system, kv=kv_dict, sampling=sampling, max_tokens=max_tokens)
+    with LineHistory.for_chat(enabled=sys.stdin.isatty()):
+        ChatRepl(session, quiet=quiet, verbose=verbose).loop()

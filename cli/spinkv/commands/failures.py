@@ -1,0 +1,34 @@
+"""Which exceptions are the user's to fix, and how each reads in one line."""
+
+from __future__ import annotations
+
+import os
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Errors caused by input, files or the machine: reported in one line, exit code 2."""
+    from spinkv.errors import SpinkvError
+
+    known: list[type[BaseException]] = [SpinkvError, OSError, MemoryError]
+    try:
+        from spinkv import _native
+
+        known.append(_native.SpinkvError)
+    except ImportError:
+        pass
+    return tuple(known)
+
+
+def describe(exc: BaseException) -> str:
+    """One line: the message, without Python's decorations."""
+    if isinstance(exc, OSError) and exc.strerror:
+        target = exc.filename if exc.filename is not None else ""
+        return f"{exc.strerror}: {target}" if target else exc.strerror
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    message = " ".join(str(exc).split())
+    return message or type(exc).__name__
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("SPINKV_DEBUG", "").strip() not in ("", "0", "false", "no")

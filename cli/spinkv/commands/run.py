@@ -1,0 +1,102 @@
+"""`spinkv run PROMPT`: one reply, streamed to stdout; timings on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from spinkv.commands import options as opt
+from spinkv.commands.render import print_timings, write_text
+from spinkv.errors import InvalidInputError
+
+PromptArgument = Annotated[
+    Optional[str],
+    typer.Argument(
+        help="The user message. '-' (or no prompt with piped stdin) reads standard input.",
+        show_default=False,
+    ),
+]
+
+
+def read_prompt(prompt: str | None) -> str:
+    """The prompt from the argument, or from stdin for '-' or when stdin is piped."""
+    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
+        prompt = sys.stdin.read()
+    if prompt is None:
+        raise InvalidInputError("no prompt: give one as an argument or pipe it on stdin")
+    if not prompt.strip():
+        raise InvalidInputError("the prompt is empty")
+    return prompt
+
+
+def run(
+    prompt: PromptArgument = None,
+    model: opt.ModelOption = None,
+    system: opt.SystemOption = None,
+    max_tokens: opt.MaxTokensOption = 512,
+    threads: opt.ThreadsOption = None,
+    raw: Annotated[
+        bool,
+        typer.Option("--raw", help="Tokenize the prompt as is, without the chat template."),
+    ] = False,
+    temperature: opt.TemperatureOption = opt.DEFAULTS.temperature,
+    top_k: opt.TopKOption = opt.DEFAULTS.top_k,
+    top_p: opt.TopPOption = opt.DEFAULTS.top_p,
+    min_p: opt.MinPOption = opt.DEFAULTS.min_p,
+    repeat_penalty: opt.RepeatPenaltyOption = opt.DEFAULTS.repetition_penalty,
+    repeat_last_n: opt.RepeatLastNOption = opt.DEFAULTS.repeat_last_n,
+    seed: opt.SeedOption = None,
+    kv: opt.KvPresetOption = None,
+    k_bits: opt.KBitsOption = None,
+    v_bits: opt.VBitsOption = None,
+    kv_window: opt.KvWindowOption = None,
+    kv_page: opt.KvPageOption = None,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON record (text, token counts, finish reason, timings).",
+            rich_help_panel=opt.OUTPUT,
+        ),
+    ] = False,
+    quiet: opt.QuietOption = False,
+    verbose: opt.VerboseOption = False,
+) -> None:
+    """Generate one reply to PROMPT (greedy by default)."""
+    sampling = opt.sampling_from_flags(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        repeat_last_n=repeat_last_n,
+        seed=seed,
+    )
+    kv_dict = opt.kv_from_flags(
+        preset=kv, k_bits=k_bits, v_bits=v_bits, window=kv_window, page_tokens=kv_page
+    )
+    text = read_prompt(prompt)
+
+    import spinkv.api as api
+
+    loaded = api.load(model, threads=threads)
+    stream = loaded.stream(
+        text, system=system, max_tokens=max_tokens, sampling=sampling, kv=kv_dict, raw=raw
+    )
+    if json_output:
+        result = stream.read_all()
+        record = {"model": loaded.info["name"], **result.to_dict()}
+        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return
+
+    with stream:
+        for piece in stream:
+            write_text(piece)
+    result = stream.result
+    if not result.text.endswith("\n"):
+        write_text("\n")
+    if not quiet:
+        print_timings(result, verbose=verbose)

@@ -1,0 +1,180 @@
+"""Loading a model's tokenizer.json and turning text into token ids and back.
+
+`StreamDecoder` turns a stream of token ids into text pieces as they arrive. A character can
+span several byte-level tokens (e.g. an emoji is 4 bytes): text is only emitted once it
+decodes without a trailing U+FFFD, and the decode restarts from a few tokens back so that
+decoders which look at neighbours (SentencePiece's leading space) stay right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from spinkv.errors import ModelFormatError, ModelNotFoundError
+from spinkv.model_info import read_json
+
+REPLACEMENT_CHAR = "\ufffd"
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token as tokenizer_config.json gives it: a string or {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _as_id_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value if isinstance(v, int)]
+    return []
+
+
+class Tokenizer:
+    """A `tokenizers.Tokenizer` plus the model's special-token facts."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        bos_token_id: int | None = None,
+        eos_token_ids: Iterable[int] = (),
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+    ) -> None:
+        self.hf = tokenizer
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids: frozenset[int] = frozenset(eos_token_ids)
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        added = tokenizer.get_added_tokens_decoder()
+        self.special_ids: frozenset[int] = frozenset(i for i, t in added.items() if t.special)
+
+    @classmethod
+    def from_dir(cls, model_dir: Path) -> Tokenizer:
+        """Load tokenizer.json, with special tokens from tokenizer_config.json,
+        generation_config.json and config.json. Checks that token ids fit the vocab."""
+        from tokenizers import Tokenizer as HFTokenizer
+
+        model_dir = Path(model_dir)
+        path = model_dir / "tokenizer.json"
+        if not path.is_file():
+            raise ModelNotFoundError(f"{model_dir} has no tokenizer.json")
+        try:
+            hf = HFTokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a plain Exception on bad files
+            raise ModelFormatError(f"cannot load {path}: {exc}") from exc
+
+        def optional_json(name: str) -> dict[str, Any]:
+            p = model_dir / name
+            return read_json(p) if p.is_file() else {}
+
+        config = optional_json("config.json")
+        generation = optional_json("generation_config.json")
+        tok_config = optional_json("tokenizer_config.json")
+
+        bos_token = _token_text(tok_config.get("bos_token"))
+        eos_token = _token_text(tok_config.get("eos_token"))
+        bos_id = generation.get("bos_token_id", config.get("bos_token_id"))
+        if bos_id is None and bos_token is not None:
+            bos_id = hf.token_to_id(bos_token)
+        eos_ids = _as_id_list(generation.get("eos_token_id")) + _as_id_list(
+            config.get("eos_token_id")
+        )
+        if eos_token is not None and hf.token_to_id(eos_token) is not None:
+            eos_ids.append(hf.token_to_id(eos_token))
+        if bos_token is None and isinstance(bos_id, int):
+            bos_token = hf.id_to_token(bos_id)
+        if eos_token is None and eos_ids:
+            eos_token = hf.id_to_token(eos_ids[0])
+
+        vocab = config.get("vocab_size")
+        size = hf.get_vocab_size(with_added_tokens=True)
+        if isinstance(vocab, int) and size > vocab:
+            raise ModelFormatError(
+                f"tokenizer has {size} tokens but config.json vocab_size is {vocab} "
+                "(tokenizer and embedding do not match)"
+            )
+        return cls(
+            hf,
+            bos_token_id=bos_id if isinstance(bos_id, int) else None,
+            eos_token_ids=eos_ids,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of text. Special tokens written in the text (e.g. <|im_start|>) become
+        their ids. add_special_tokens adds what the tokenizer's post-processor adds (a BOS
+        for some models); chat-template output already holds them, hence the default."""
+        return list(self.hf.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return str(self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.hf.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.hf.id_to_token(token_id)
+
+    def is_eos(self, token_id: int) -> bool:
+        return token_id in self.eos_token_ids
+
+    def stream(self, skip_special_tokens: bool = True) -> StreamDecoder:
+        return StreamDecoder(self, skip_special_tokens=skip_special_tokens)
+
+
+def load_tokenizer(model_dir: Path) -> Tokenizer:
+    """The tokenizer of an HF-layout model directory."""
+    return Tokenizer.from_dir(model_dir)
+
+
+class StreamDecoder:
+    """Incremental detokenization: push token ids, get the new text each one completes.
+
+    The text pieces concatenate to decode(all tokens) once flush() has been called.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.tokens: list[int] = []
+        self.text = ""
+        self._prefix = 0  # tokens[_prefix:_read] is context already emitted
+        self._read = 0  # tokens[_read:] are not emitted yet
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text it completes ("" while a character is partial)."""
+        self.tokens.append(int(token_id))
+        prefix_text = self._decode(self.tokens[self._prefix : self._read])
+        full_text = self._decode(self.tokens[self._prefix :])
+        if len(full_text) <= len(prefix_text) or full_text.endswith(REPLACEMENT_CHAR):
+            return ""
+        piece = full_text[len(prefix_text) :]
+        self._prefix, self._read = self._read, len(self.tokens)
+        self.text += piece
+        return piece
+
+    def flush(self) -> str:
+        """The text still held back (a trailing partial character decodes as U+FFFD)."""
+        if self._read == len(self.tokens):
+            return ""
+        prefix_text = self._decode(self.tokens[self._prefix : self._read])
+        full_text = self._decode(self.tokens[self._prefix :])
+        piece = full_text[len(prefix_text) :]
+        self._prefix = self._read = len(self.tokens)
+        self.text += piece
+        return piece

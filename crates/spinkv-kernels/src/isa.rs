@@ -1,0 +1,263 @@
+//! Which instruction set the kernels use: detected once, overridable (env or API).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+/// Instruction sets spinkv knows about. Not every one has kernels yet (see [`Isa::has_kernels`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 + FMA + F16C (x86_64). The three always travel together on real CPUs.
+    Avx2,
+    Avx512,
+    Neon,
+    Simd128,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Simd128];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+            Isa::Simd128 => "simd128",
+        }
+    }
+
+    /// Case-insensitive name lookup ("AVX2", "scalar", ...).
+    pub fn parse(name: &str) -> Option<Isa> {
+        let wanted = name.trim().to_ascii_lowercase();
+        Isa::ALL.into_iter().find(|isa| isa.name() == wanted)
+    }
+
+    /// Whether the CPU running this process can execute this ISA's instructions.
+    pub fn cpu_supports(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 => {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    std::arch::is_x86_feature_detected!("avx2")
+                        && std::arch::is_x86_feature_detected!("fma")
+                        && std::arch::is_x86_feature_detected!("f16c")
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    false
+                }
+            }
+            Isa::Avx512 => {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    Isa::Avx2.cpu_supports()
+                        && std::arch::is_x86_feature_detected!("avx512f")
+                        && std::arch::is_x86_feature_detected!("avx512bw")
+                        && std::arch::is_x86_feature_detected!("avx512vl")
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    false
+                }
+            }
+            Isa::Neon => {
+                #[cfg(target_arch = "aarch64")]
+                {
+                    std::arch::is_aarch64_feature_detected!("neon")
+                }
+                #[cfg(not(target_arch = "aarch64"))]
+                {
+                    false
+                }
+            }
+            // WASM has no run-time detection: simd128 is a compile-time property of the module.
+            Isa::Simd128 => cfg!(all(target_arch = "wasm32", target_feature = "simd128")),
+        }
+    }
+
+    /// Whether this build ships kernels for the ISA. Others fall back to nothing: selecting
+    /// them is an error rather than a silent scalar run.
+    pub const fn has_kernels(self) -> bool {
+        matches!(self, Isa::Scalar | Isa::Avx2)
+    }
+
+    fn to_code(self) -> u8 {
+        self as u8
+    }
+
+    fn from_code(code: u8) -> Isa {
+        Isa::ALL[code as usize]
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IsaError {
+    Unknown(String),
+    CpuLacks(Isa),
+    NoKernels(Isa),
+}
+
+impl fmt::Display for IsaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IsaError::Unknown(name) => write!(
+                f,
+                "unknown ISA {name:?} (expected one of: scalar, avx2, avx512, neon, simd128)"
+            ),
+            IsaError::CpuLacks(isa) => write!(f, "this CPU does not support ISA {isa}"),
+            IsaError::NoKernels(isa) => {
+                write!(f, "ISA {isa} has no kernels in this build of spinkv")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IsaError {}
+
+const UNSET: u8 = u8::MAX;
+static ACTIVE: AtomicU8 = AtomicU8::new(UNSET);
+static DETECTED: OnceLock<Isa> = OnceLock::new();
+static ENV_CHOICE: OnceLock<Result<Option<Isa>, IsaError>> = OnceLock::new();
+
+/// The best ISA that both the CPU supports and this build has kernels for.
+pub fn detected_isa() -> Isa {
+    *DETECTED.get_or_init(|| {
+        [Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Simd128]
+            .into_iter()
+            .find(|isa| isa.has_kernels() && isa.cpu_supports())
+            .unwrap_or(Isa::Scalar)
+    })
+}
+
+/// The `SPINKV_ISA` override, validated: `Ok(None)` when unset or empty.
+pub fn env_isa_override() -> Result<Option<Isa>, IsaError> {
+    ENV_CHOICE
+        .get_or_init(|| match std::env::var("SPINKV_ISA") {
+            Ok(name) if !name.trim().is_empty() => validate_name(&name).map(Some),
+            _ => Ok(None),
+        })
+        .clone()
+}
+
+/// The ISA every dispatched kernel uses right now. First call settles it: `SPINKV_ISA` if set
+/// and valid, otherwise [`detected_isa`]. An invalid `SPINKV_ISA` is reported once on stderr
+/// (callers that want it as an error use [`env_isa_override`]).
+#[inline]
+pub fn active_isa() -> Isa {
+    let code = ACTIVE.load(Ordering::Relaxed);
+    if code != UNSET {
+        return Isa::from_code(code);
+    }
+    let initial = match env_isa_override() {
+        Ok(Some(isa)) => isa,
+        Ok(None) => detected_isa(),
+        Err(err) => {
+            eprintln!("spinkv: ignoring SPINKV_ISA: {err}");
+            detected_isa()
+        }
+    };
+    // A concurrent set_isa() wins over the lazy default.
+    match ACTIVE.compare_exchange(UNSET, initial.to_code(), Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => initial,
+        Err(current) => Isa::from_code(current),
+    }
+}
+
+fn validate(isa: Isa) -> Result<Isa, IsaError> {
+    if !isa.cpu_supports() {
+        return Err(IsaError::CpuLacks(isa));
+    }
+    if !isa.has_kernels() {
+        return Err(IsaError::NoKernels(isa));
+    }
+    Ok(isa)
+}
+
+fn validate_name(name: &str) -> Result<Isa, IsaError> {
+    let isa = Isa::parse(name).ok_or_else(|| IsaError::Unknown(name.to_string()))?;
+    validate(isa)
+}
+
+/// Switch every kernel to `isa` (benchmarks, parity checks). Fails if the CPU lacks it.
+pub fn set_isa(isa: Isa) -> Result<(), IsaError> {
+    validate(isa)?;
+    ACTIVE.store(isa.to_code(), Ordering::Relaxed);
+    Ok(())
+}
+
+/// Parse `name`, check the CPU and this build support it, and make it the active ISA.
+pub fn select_isa(name: &str) -> Result<Isa, IsaError> {
+    let isa = validate_name(name)?;
+    set_isa(isa)?;
+    Ok(isa)
+}
+
+/// CPU features relevant to spinkv's kernels that this CPU reports.
+pub fn cpu_features() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut features = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! probe {
+            ($($name:tt),*) => {$(
+                if std::arch::is_x86_feature_detected!($name) {
+                    features.push($name);
+                }
+            )*};
+        }
+        probe!("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl");
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            features.push("neon");
+        }
+        if std::arch::is_aarch64_feature_detected!("fp16") {
+            features.push("fp16");
+        }
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    features.push("simd128");
+    features
+}
+
+/// True when the AVX2 kernels may run: the active ISA was validated against the CPU.
+#[inline]
+pub(crate) fn use_avx2() -> bool {
+    cfg!(target_arch = "x86_64") && active_isa() == Isa::Avx2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for isa in Isa::ALL {
+            assert_eq!(Isa::parse(isa.name()), Some(isa));
+        }
+        assert_eq!(Isa::parse(" AVX2 "), Some(Isa::Avx2));
+        assert_eq!(Isa::parse("sse9"), None);
+    }
+
+    #[test]
+    fn unknown_and_unsupported_are_errors() {
+        assert!(matches!(select_isa("mmx"), Err(IsaError::Unknown(_))));
+        // Neon and x86 never coexist, so one of these is always missing.
+        let foreign = if cfg!(target_arch = "aarch64") { "avx2" } else { "neon" };
+        assert!(matches!(select_isa(foreign), Err(IsaError::CpuLacks(_))));
+        assert!(select_isa("scalar").is_ok());
+        assert_eq!(active_isa(), Isa::Scalar);
+        set_isa(detected_isa()).unwrap();
+        assert_eq!(active_isa(), detected_isa());
+    }
+}

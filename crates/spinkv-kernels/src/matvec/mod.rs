@@ -1,0 +1,82 @@
+//! Matrix–vector product for decode: `y[r - rows.start] = W[r, :] · x` for `r` in a row range.
+//!
+//! Decode is memory-bound: the SIMD kernels widen f16/bf16 weights in registers (never to an
+//! f32 copy) and stream several rows at once with independent accumulators.
+
+pub mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+
+use crate::WeightRef;
+use std::ops::Range;
+
+/// `w`: `[n_rows, k]` row-major with `n_rows >= rows.end`; `x`: `[k]`; `y`: `[rows.len()]`.
+pub fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+    check_shapes(w.len(), k, x, &rows, y);
+    #[cfg(target_arch = "x86_64")]
+    if crate::isa::use_avx2() {
+        // SAFETY: use_avx2() is true only after the CPU was checked for AVX2, FMA and F16C;
+        // shapes were checked above, which is all the kernel's pointer arithmetic relies on.
+        unsafe {
+            match w {
+                WeightRef::F16(w) => avx2::matvec(w, k, x, rows, y),
+                WeightRef::Bf16(w) => avx2::matvec(w, k, x, rows, y),
+                WeightRef::F32(w) => avx2::matvec(w, k, x, rows, y),
+            }
+        }
+        return;
+    }
+    scalar::matvec(w, k, x, rows, y)
+}
+
+pub(crate) fn check_shapes(w_len: usize, k: usize, x: &[f32], rows: &Range<usize>, y: &[f32]) {
+    assert!(k > 0, "matvec: k must be positive");
+    assert!(rows.start <= rows.end, "matvec: reversed row range");
+    assert!(w_len >= rows.end * k, "matvec: weight has fewer than {} rows", rows.end);
+    assert_eq!(x.len(), k, "matvec: x is not [k]");
+    assert_eq!(y.len(), rows.len(), "matvec: y is not [rows]");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::*;
+    use half::{bf16, f16};
+
+    #[test]
+    fn avx2_matches_scalar() {
+        if !avx2_available() {
+            eprintln!("skipped: no avx2");
+            return;
+        }
+        for &k in &AWKWARD_SIZES {
+            for &n_rows in &[1usize, 3, 4, 5, 9, 17] {
+                let raw = random_vec(k as u64 * 31 + n_rows as u64, n_rows * k);
+                let x = random_vec(99, k);
+                let w16: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
+                let wb16: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
+                for w in [WeightRef::F16(&w16), WeightRef::Bf16(&wb16), WeightRef::F32(&raw)] {
+                    for rows in [0..n_rows, n_rows / 2..n_rows] {
+                        let mut expected = vec![0.0; rows.len()];
+                        scalar::matvec(w, k, &x, rows.clone(), &mut expected);
+                        let mut got = vec![0.0; rows.len()];
+                        // SAFETY: AVX2/FMA/F16C presence checked at the top of the test.
+                        unsafe {
+                            match w {
+                                WeightRef::F16(w) => avx2::matvec(w, k, &x, rows.clone(), &mut got),
+                                WeightRef::Bf16(w) => {
+                                    avx2::matvec(w, k, &x, rows.clone(), &mut got)
+                                }
+                                WeightRef::F32(w) => avx2::matvec(w, k, &x, rows.clone(), &mut got),
+                            }
+                        }
+                        for (g, e) in got.iter().zip(&expected) {
+                            assert_close(*g, *e, k as f32, &format!("matvec {:?} k={k}", w.dtype()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

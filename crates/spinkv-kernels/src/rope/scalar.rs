@@ -1,0 +1,14 @@
+//! Reference rotate_half RoPE.
+
+pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+    super::check_shapes(x, head_dim, cos, sin);
+    let half = head_dim / 2;
+    for head in x.chunks_exact_mut(head_dim) {
+        let (first, second) = head.split_at_mut(half);
+        for i in 0..half {
+            let (a, b) = (first[i], second[i]);
+            first[i] = a * cos[i] - b * sin[i];
+            second[i] = b * cos[i] + a * sin[i];
+        }
+    }
+}

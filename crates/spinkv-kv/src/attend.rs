@@ -1,0 +1,351 @@
+//! Causal GQA attention over a layer's pages with a streaming (online) softmax.
+//!
+//! Work is split into items of (KV head, query range, page range). An item walks its pages once:
+//! for each page it scores every query head of the group against the page's keys (each key row
+//! is read once for the whole group), folds the page's scores into a running max/sum per query
+//! head, and accumulates the page's values with the resulting weights. Items over the same
+//! queries but different page ranges are merged afterwards (split-K), which is what keeps both
+//! cores busy during decode. Scratch per item is one page of scores per query head plus a few
+//! rows; nothing the size of the history is ever materialised.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use crate::codec::fp16::Fp16Layout;
+use crate::codec::SealedCodec;
+use crate::config::KvShape;
+use crate::kernels::{accumulate_block_f16, axpy_f32, scale_f32, score_block_f16};
+use crate::pool::PagePool;
+use crate::table::{LayerTable, PageKind, Segment};
+
+/// Below this many multiply-adds (`queries · heads · context · head_dim`) attention runs on the
+/// calling thread: splitting costs more than it saves.
+pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 18;
+
+/// Everything one `attend` call reads.
+pub(crate) struct AttendJob<'a> {
+    pub(crate) shape: KvShape,
+    pub(crate) layer: usize,
+    pub(crate) page_tokens: usize,
+    pub(crate) table: &'a LayerTable,
+    pub(crate) fp16: &'a Fp16Layout,
+    pub(crate) fp16_pool: &'a PagePool,
+    pub(crate) codec: Option<&'a dyn SealedCodec>,
+    pub(crate) sealed_pool: &'a PagePool,
+    /// `[n][n_heads][head_dim]`.
+    pub(crate) q: &'a [f32],
+    pub(crate) start: usize,
+    pub(crate) n: usize,
+}
+
+/// Running softmax state of `qh` query heads: `m` max score, `l` sum of `exp(s - m)`, `acc`
+/// sum of `exp(s - m)·v` in the plain domain and `acc_sealed` in the codec's domain.
+struct Partial {
+    m: Vec<f32>,
+    l: Vec<f32>,
+    acc: Vec<f32>,
+    acc_sealed: Vec<f32>,
+}
+
+impl Partial {
+    fn new(qh: usize, d: usize) -> Self {
+        Partial {
+            m: vec![f32::NEG_INFINITY; qh],
+            l: vec![0.0; qh],
+            acc: vec![0.0; qh * d],
+            acc_sealed: vec![0.0; qh * d],
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        4 * (self.m.len() + self.l.len() + self.acc.len() + self.acc_sealed.len())
+    }
+
+    /// Folds `other` (same query heads, a disjoint set of keys) into `self`.
+    fn merge(&mut self, other: &Partial, d: usize) {
+        for qh in 0..self.m.len() {
+            let m = self.m[qh].max(other.m[qh]);
+            if m == f32::NEG_INFINITY {
+                continue;
+            }
+            let a = (self.m[qh] - m).exp();
+            let b = (other.m[qh] - m).exp();
+            self.m[qh] = m;
+            self.l[qh] = self.l[qh] * a + other.l[qh] * b;
+            let rows = qh * d..(qh + 1) * d;
+            for (acc, other_acc) in [
+                (&mut self.acc, &other.acc),
+                (&mut self.acc_sealed, &other.acc_sealed),
+            ] {
+                let (x, y) = (&mut acc[rows.clone()], &other_acc[rows.clone()]);
+                for (xi, yi) in x.iter_mut().zip(y) {
+                    *xi = *xi * a + yi * b;
+                }
+            }
+        }
+    }
+}
+
+struct Item {
+    kv_head: usize,
+    queries: Range<usize>,
+    segments: Range<usize>,
+}
+
+/// Runs the attention; returns the scratch bytes it used (all items together).
+pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
+    let shape = job.shape;
+    let d = shape.head_dim;
+    let group = shape.group_size();
+    let n_segments = job.table.segment_count();
+    let context = job.start + job.n;
+    let work = job.n * shape.n_heads * context * d;
+    let threads = rayon::current_num_threads();
+    let parallel = threads > 1 && work >= PARALLEL_MIN_WORK;
+
+    let items = plan_items(
+        shape.n_kv_heads,
+        job.n,
+        n_segments,
+        if parallel { 8 * threads } else { 1 },
+    );
+    let run = |item: &Item| run_item(job, item);
+    let partials: Vec<(Partial, usize)> = if parallel {
+        items.par_iter().map(run).collect()
+    } else {
+        items.iter().map(run).collect()
+    };
+    let mut scratch: usize = partials.iter().map(|(p, s)| p.bytes() + s).sum();
+
+    // Merge split-K partials in order and write the outputs.
+    let mut finished = vec![0.0f32; d];
+    scratch += finished.len() * 4;
+    let mut i = 0;
+    while i < items.len() {
+        let (kv_head, queries) = (items[i].kv_head, items[i].queries.clone());
+        let mut j = i + 1;
+        while j < items.len() && items[j].kv_head == kv_head && items[j].queries == queries {
+            j += 1;
+        }
+        let (first, rest) = partials[i..j].split_first().expect("non-empty run");
+        let mut total = Partial {
+            m: first.0.m.clone(),
+            l: first.0.l.clone(),
+            acc: first.0.acc.clone(),
+            acc_sealed: first.0.acc_sealed.clone(),
+        };
+        scratch += total.bytes();
+        for (partial, _) in rest {
+            total.merge(partial, d);
+        }
+        if let Some(codec) = job.codec {
+            codec.finish(job.layer, kv_head, &mut total.acc_sealed);
+        }
+        for (qi, query) in queries.clone().enumerate() {
+            for h in 0..group {
+                let qh = qi * group + h;
+                let head = kv_head * group + h;
+                let dst = &mut out[(query * shape.n_heads + head) * d..][..d];
+                let l = total.l[qh];
+                let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
+                finished.copy_from_slice(&total.acc[qh * d..(qh + 1) * d]);
+                axpy_f32(&mut finished, 1.0, &total.acc_sealed[qh * d..(qh + 1) * d]);
+                for (o, f) in dst.iter_mut().zip(&finished) {
+                    *o = f * inv;
+                }
+            }
+        }
+        i = j;
+    }
+    scratch
+}
+
+/// Splits the work into about `target` items: query ranges first (prefill has plenty), then
+/// page ranges (decode has one query). Items of one (head, query range) are adjacent and in
+/// page order, as `attend`'s merge expects.
+fn plan_items(n_kv_heads: usize, n: usize, n_segments: usize, target: usize) -> Vec<Item> {
+    let per_head = target.div_ceil(n_kv_heads).max(1);
+    let query_chunks = per_head.min(n).max(1);
+    let segment_chunks = per_head.div_ceil(query_chunks).min(n_segments).max(1);
+    let mut items = Vec::with_capacity(n_kv_heads * query_chunks * segment_chunks);
+    for kv_head in 0..n_kv_heads {
+        for qc in 0..query_chunks {
+            let queries = qc * n / query_chunks..(qc + 1) * n / query_chunks;
+            for sc in 0..segment_chunks {
+                let segments =
+                    sc * n_segments / segment_chunks..(sc + 1) * n_segments / segment_chunks;
+                items.push(Item {
+                    kv_head,
+                    queries: queries.clone(),
+                    segments,
+                });
+            }
+        }
+    }
+    items
+}
+
+/// One item's online softmax; returns its state and the scratch bytes it used besides.
+fn run_item(job: &AttendJob<'_>, item: &Item) -> (Partial, usize) {
+    let shape = job.shape;
+    let (d, group, page_tokens) = (shape.head_dim, shape.group_size(), job.page_tokens);
+    let n_q = item.queries.len();
+    let n_qh = n_q * group;
+    let first_pos = job.start + item.queries.start;
+    let scale = 1.0 / (d as f32).sqrt();
+
+    // Pre-scaled queries of the group, `[query][head in group][d]`.
+    let mut queries = vec![0.0f32; n_qh * d];
+    for (qi, query) in item.queries.clone().enumerate() {
+        let src = &job.q[(query * shape.n_heads + item.kv_head * group) * d..][..group * d];
+        let dst = &mut queries[qi * group * d..(qi + 1) * group * d];
+        dst.copy_from_slice(src);
+        scale_f32(dst, scale);
+    }
+    let mut prepared = Vec::new();
+    if let (Some(codec), true) = (job.codec, !job.table.sealed.is_empty()) {
+        prepared = vec![0.0f32; codec.prepared_len(n_qh)];
+        codec.prepare(job.layer, item.kv_head, &queries, &mut prepared);
+    }
+    let mut scores = vec![0.0f32; n_qh * page_tokens];
+    let mut row = vec![0.0f32; d];
+    let mut state = Partial::new(n_qh, d);
+    let last_pos = first_pos + n_q - 1;
+
+    for index in item.segments.clone() {
+        let seg = job.table.segment(index, page_tokens);
+        if seg.first > last_pos || n_q == 0 {
+            break;
+        }
+        // Tokens of this page any query of the item may see.
+        let visible = seg.count.min(last_pos - seg.first + 1);
+        match seg.kind {
+            PageKind::Fp16 => {
+                let page = job.fp16_pool.page(seg.page);
+                let keys = job.fp16.keys(page, item.kv_head);
+                score_block_f16(
+                    keys,
+                    d,
+                    visible,
+                    &queries,
+                    &mut row,
+                    &mut scores,
+                    page_tokens,
+                );
+            }
+            PageKind::Sealed => {
+                let codec = job.codec.expect("sealed pages imply a codec");
+                let page = job.sealed_pool.page(seg.page);
+                codec.score_page(page, item.kv_head, &prepared, n_qh, visible, &mut scores);
+            }
+        }
+        softmax_step(
+            &seg,
+            first_pos,
+            group,
+            page_tokens,
+            visible,
+            &mut scores,
+            &mut state,
+            d,
+        );
+        match seg.kind {
+            PageKind::Fp16 => {
+                let page = job.fp16_pool.page(seg.page);
+                let values = job.fp16.values(page, item.kv_head);
+                let acc = &mut state.acc;
+                accumulate_block_f16(values, d, visible, &scores, page_tokens, &mut row, acc);
+            }
+            PageKind::Sealed => {
+                let codec = job.codec.expect("sealed pages imply a codec");
+                let page = job.sealed_pool.page(seg.page);
+                codec.accumulate_page(
+                    page,
+                    item.kv_head,
+                    &scores,
+                    n_qh,
+                    visible,
+                    &mut state.acc_sealed,
+                );
+            }
+        }
+    }
+    let scratch = 4 * (queries.len() + prepared.len() + scores.len() + row.len());
+    (state, scratch)
+}
+
+/// Folds one page's raw scores into the running state and turns them into the weights of the
+/// page's values: `exp(s - m_new)` for tokens the query may see, 0 for the causally masked.
+#[allow(clippy::too_many_arguments)]
+fn softmax_step(
+    seg: &Segment,
+    first_pos: usize,
+    group: usize,
+    page_tokens: usize,
+    visible: usize,
+    scores: &mut [f32],
+    state: &mut Partial,
+    d: usize,
+) {
+    let n_qh = state.m.len();
+    for qh in 0..n_qh {
+        let pos = first_pos + qh / group;
+        let limit = if pos < seg.first {
+            0
+        } else {
+            (pos - seg.first + 1).min(visible)
+        };
+        let s = &mut scores[qh * page_tokens..qh * page_tokens + visible];
+        if limit == 0 {
+            s.fill(0.0);
+            continue;
+        }
+        let page_max = s[..limit].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let m_new = state.m[qh].max(page_max);
+        let rescale = (state.m[qh] - m_new).exp();
+        if rescale != 1.0 {
+            state.l[qh] *= rescale;
+            scale_f32(&mut state.acc[qh * d..(qh + 1) * d], rescale);
+            scale_f32(&mut state.acc_sealed[qh * d..(qh + 1) * d], rescale);
+        }
+        state.m[qh] = m_new;
+        let mut sum = 0.0f32;
+        for x in &mut s[..limit] {
+            *x = (*x - m_new).exp();
+            sum += *x;
+        }
+        s[limit..].fill(0.0);
+        state.l[qh] += sum;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_cover_every_head_query_and_page_once() {
+        for (heads, n, segs, target) in [
+            (3, 1, 128, 8),
+            (3, 512, 16, 8),
+            (8, 1, 2, 8),
+            (2, 3, 0, 16),
+            (1, 1, 1, 1),
+        ] {
+            let items = plan_items(heads, n, segs, target);
+            let mut seen = vec![0u32; heads * n * segs.max(1)];
+            for it in &items {
+                for q in it.queries.clone() {
+                    if segs == 0 {
+                        seen[it.kv_head * n + q] += 1;
+                    }
+                    for s in it.segments.clone() {
+                        seen[(it.kv_head * n + q) * segs + s] += 1;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "{heads} {n} {segs} {target}");
+        }
+    }
+}

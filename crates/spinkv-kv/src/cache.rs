@@ -1,0 +1,733 @@
+//! The cache manager: validates calls, moves tokens between page tables, pools and codecs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::attend::{attend, AttendJob};
+use crate::codec::fp16::Fp16Layout;
+use crate::codec::SealedCodec;
+use crate::config::{KvConfig, KvShape};
+use crate::error::KvError;
+use crate::kernels::f16_to_f32;
+use crate::pool::PagePool;
+use crate::stats::{CacheStats, LayerStats};
+use crate::table::{LayerTable, TokenRun};
+
+/// A paged KV cache for one sequence: every layer's keys and values, recent tokens in fp16
+/// and (with a compressing codec) older tokens in compressed pages.
+pub struct KvCache {
+    shape: KvShape,
+    config: KvConfig,
+    fp16: Fp16Layout,
+    fp16_pool: PagePool,
+    codec: Option<Box<dyn SealedCodec>>,
+    sealed_pool: PagePool,
+    layers: Vec<LayerTable>,
+    /// `[n_kv_heads][page_tokens][head_dim]` floats for moving a page through a codec.
+    staging_keys: Vec<f32>,
+    staging_values: Vec<f32>,
+    peak_scratch: AtomicUsize,
+}
+
+impl std::fmt::Debug for KvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvCache")
+            .field("shape", &self.shape)
+            .field("config", &self.config)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KvCache {
+    pub fn new(shape: KvShape, config: KvConfig) -> Result<Self, KvError> {
+        config.validate(&shape)?;
+        let codec = crate::codec::build(&shape, &config)?;
+        let fp16 = Fp16Layout::new(shape.n_kv_heads, shape.head_dim, config.page_tokens);
+        let staging = shape.kv_width() * config.page_tokens;
+        Ok(KvCache {
+            fp16_pool: PagePool::new(fp16.page_bytes()),
+            sealed_pool: PagePool::new(codec.as_ref().map_or(16, |c| c.page_bytes())),
+            codec,
+            fp16,
+            layers: (0..shape.n_layers).map(|_| LayerTable::default()).collect(),
+            staging_keys: vec![0.0; staging],
+            staging_values: vec![0.0; staging],
+            peak_scratch: AtomicUsize::new(0),
+            shape,
+            config,
+        })
+    }
+
+    pub fn shape(&self) -> &KvShape {
+        &self.shape
+    }
+
+    pub fn config(&self) -> &KvConfig {
+        &self.config
+    }
+
+    /// Tokens committed in every layer.
+    pub fn len(&self) -> usize {
+        let p = self.config.page_tokens;
+        self.layers.iter().map(|t| t.len(p)).min().unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tokens held by one layer (layers run ahead of `len` in the middle of a forward pass).
+    pub fn layer_len(&self, layer: usize) -> Result<usize, KvError> {
+        Ok(self.table(layer)?.len(self.config.page_tokens))
+    }
+
+    /// Appends n tokens to one layer. `k`, `v`: `[n, n_kv_heads, head_dim]`, keys after RoPE.
+    pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<(), KvError> {
+        let width = self.shape.kv_width();
+        let len = self.table(layer)?.len(self.config.page_tokens);
+        if k.len() % width != 0 {
+            return Err(KvError::ShapeMismatch {
+                what: "k: a multiple of n_kv_heads * head_dim",
+                expected: k.len().div_ceil(width) * width,
+                got: k.len(),
+            });
+        }
+        if v.len() != k.len() {
+            return Err(KvError::ShapeMismatch {
+                what: "v: as many values as k",
+                expected: k.len(),
+                got: v.len(),
+            });
+        }
+        let n = k.len() / width;
+        if len + n > self.config.max_tokens {
+            return Err(KvError::ContextFull {
+                len,
+                adding: n,
+                max: self.config.max_tokens,
+            });
+        }
+        for (t, (k_row, v_row)) in k.chunks_exact(width).zip(v.chunks_exact(width)).enumerate() {
+            let to_sink = self.codec.is_some() && len + t < self.config.sink_tokens;
+            self.push_token(layer, to_sink, k_row, v_row);
+        }
+        self.seal_overflow(layer);
+        Ok(())
+    }
+
+    /// Attention of n queries at positions `start..start + n`, each over tokens `0..=pos`.
+    /// `q`, `out`: `[n, n_heads, head_dim]`; softmax scale `1/sqrt(head_dim)`; GQA: query head
+    /// h uses KV head `h / (n_heads / n_kv_heads)`.
+    pub fn attend(
+        &self,
+        layer: usize,
+        q: &[f32],
+        start: usize,
+        out: &mut [f32],
+    ) -> Result<(), KvError> {
+        let width = self.shape.q_width();
+        let table = self.table(layer)?;
+        if q.len() % width != 0 {
+            return Err(KvError::ShapeMismatch {
+                what: "q: a multiple of n_heads * head_dim",
+                expected: q.len().div_ceil(width) * width,
+                got: q.len(),
+            });
+        }
+        if out.len() != q.len() {
+            return Err(KvError::ShapeMismatch {
+                what: "out: as many values as q",
+                expected: q.len(),
+                got: out.len(),
+            });
+        }
+        let n = q.len() / width;
+        let len = table.len(self.config.page_tokens);
+        if start + n > len {
+            return Err(KvError::PositionOutOfRange {
+                layer,
+                start,
+                end: start + n,
+                len,
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let job = AttendJob {
+            shape: self.shape,
+            layer,
+            page_tokens: self.config.page_tokens,
+            table,
+            fp16: &self.fp16,
+            fp16_pool: &self.fp16_pool,
+            codec: self.codec.as_deref(),
+            sealed_pool: &self.sealed_pool,
+            q,
+            start,
+            n,
+        };
+        let scratch = attend(&job, out);
+        self.peak_scratch.fetch_max(scratch, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Drops every token at position `>= len` in every layer (no-op beyond the current length).
+    /// Rolling back into a compressed page re-stores the kept part of it in fp16 from its codes.
+    pub fn truncate(&mut self, len: usize) {
+        for layer in 0..self.shape.n_layers {
+            self.truncate_layer(layer, len);
+        }
+    }
+
+    /// Empties the cache; its pages stay in the pools for reuse.
+    pub fn reset(&mut self) {
+        self.truncate(0);
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let p = self.config.page_tokens;
+        let fp16_page = self.fp16_pool.page_bytes();
+        let fp16_payload = self.fp16.payload_bytes();
+        let sealed = self
+            .codec
+            .as_ref()
+            .map(|c| c.accounting())
+            .unwrap_or_default();
+        let sealed_page = self.codec.as_ref().map_or(0, |c| c.page_bytes());
+        let mut layers = Vec::with_capacity(self.layers.len());
+        let mut total = LayerStats::default();
+        for table in &self.layers {
+            let fp16_pages = table.fp16_pages();
+            let sealed_pages = table.sealed.len();
+            let window_bytes = fp16_pages * fp16_page;
+            let mut stats = LayerStats {
+                tokens: table.len(p),
+                compressed_tokens: sealed_pages * p,
+                fp16_tokens: table.sink.tokens + table.window.tokens,
+                pages_used: fp16_pages + sealed_pages,
+                k_payload_bytes: fp16_pages * fp16_payload + sealed_pages * sealed.k_payload,
+                v_payload_bytes: fp16_pages * fp16_payload + sealed_pages * sealed.v_payload,
+                norm_bytes: sealed_pages * sealed.norms,
+                header_bytes: (fp16_pages + sealed_pages) * crate::page::HEADER_BYTES,
+                padding_bytes: fp16_pages
+                    * (fp16_page - crate::page::HEADER_BYTES - 2 * fp16_payload)
+                    + sealed_pages * sealed.padding,
+                window_bytes,
+                allocated_bytes: window_bytes + sealed_pages * sealed_page,
+                ..LayerStats::default()
+            };
+            stats.finish(self.shape.kv_width());
+            total.add(&stats);
+            layers.push(stats);
+        }
+        total.finish(self.shape.kv_width());
+        debug_assert_eq!(
+            total.pages_used,
+            self.fp16_pool.used() + self.sealed_pool.used()
+        );
+        let len = self.len();
+        CacheStats {
+            codec: self.config.codec,
+            layers,
+            total,
+            tokens: len,
+            pages_allocated: self.fp16_pool.allocated() + self.sealed_pool.allocated(),
+            pages_free: self.fp16_pool.free_count() + self.sealed_pool.free_count(),
+            pool_bytes: self.fp16_pool.allocated_bytes() + self.sealed_pool.allocated_bytes(),
+            fp16_page_bytes: fp16_page,
+            sealed_page_bytes: sealed_page,
+            scratch_bytes: self.peak_scratch.load(Ordering::Relaxed),
+            fp16_equivalent_bytes: len * self.shape.fp16_bytes_per_token(),
+        }
+    }
+
+    fn table(&self, layer: usize) -> Result<&LayerTable, KvError> {
+        self.layers.get(layer).ok_or(KvError::LayerOutOfRange {
+            layer,
+            n_layers: self.shape.n_layers,
+        })
+    }
+
+    /// Writes one token (`[n_kv_heads][head_dim]` rows) at the end of the sink or window run.
+    fn push_token(&mut self, layer: usize, to_sink: bool, k_row: &[f32], v_row: &[f32]) {
+        let p = self.config.page_tokens;
+        let table = &mut self.layers[layer];
+        let first_token = table.len(p);
+        let run = if to_sink {
+            &mut table.sink
+        } else {
+            &mut table.window
+        };
+        let (page, slot) = match run.next_slot(p) {
+            Some(at) => at,
+            None => {
+                let page = self.fp16_pool.alloc();
+                self.fp16
+                    .init_page(self.fp16_pool.page_mut(page), layer, first_token);
+                run.pages.push_back(page);
+                (page, 0)
+            }
+        };
+        let bytes = self.fp16_pool.page_mut(page);
+        self.fp16.write_token(bytes, slot, k_row, v_row);
+        self.fp16.set_tokens(bytes, slot + 1);
+        run.tokens += 1;
+    }
+
+    /// Encodes the window's oldest pages while the window holds a full page beyond its size.
+    fn seal_overflow(&mut self, layer: usize) {
+        let Some(codec) = self.codec.as_deref() else {
+            return;
+        };
+        let p = self.config.page_tokens;
+        while self.layers[layer].window.tokens >= self.config.window + p {
+            let table = &mut self.layers[layer];
+            let first_token = table.window_start(p);
+            let fp16_page = table
+                .window
+                .pages
+                .pop_front()
+                .expect("window holds a full page");
+            table.window.tokens -= p;
+            let bytes = self.fp16_pool.page(fp16_page);
+            f16_to_f32(self.fp16.keys_section(bytes), &mut self.staging_keys);
+            f16_to_f32(self.fp16.values_section(bytes), &mut self.staging_values);
+            let sealed = self.sealed_pool.alloc();
+            codec.encode_page(
+                layer,
+                first_token,
+                &self.staging_keys,
+                &self.staging_values,
+                self.sealed_pool.page_mut(sealed),
+            );
+            self.fp16_pool.release(fp16_page);
+            self.layers[layer].sealed.push(sealed);
+        }
+    }
+
+    fn truncate_layer(&mut self, layer: usize, len: usize) {
+        let p = self.config.page_tokens;
+        let table = &mut self.layers[layer];
+        if len >= table.len(p) {
+            return;
+        }
+        let window_start = table.window_start(p);
+        if len >= window_start {
+            shrink_run(
+                &mut table.window,
+                len - window_start,
+                p,
+                &mut self.fp16_pool,
+                &self.fp16,
+            );
+            return;
+        }
+        shrink_run(&mut table.window, 0, p, &mut self.fp16_pool, &self.fp16);
+        let sink_end = table.sink.tokens;
+        if len < sink_end {
+            for page in table.sealed.drain(..) {
+                self.sealed_pool.release(page);
+            }
+            shrink_run(&mut table.sink, len, p, &mut self.fp16_pool, &self.fp16);
+            return;
+        }
+        let keep_pages = (len - sink_end) / p;
+        let keep_tokens = (len - sink_end) % p;
+        let partial = (keep_tokens > 0).then(|| table.sealed[keep_pages]);
+        let dropped: Vec<_> = table.sealed.drain(keep_pages..).collect();
+        if let (Some(page), Some(codec)) = (partial, self.codec.as_deref()) {
+            codec.decode_page(
+                self.sealed_pool.page(page),
+                layer,
+                &mut self.staging_keys,
+                &mut self.staging_values,
+            );
+            let (width, d) = (self.shape.kv_width(), self.shape.head_dim);
+            let mut k_row = vec![0.0f32; width];
+            let mut v_row = vec![0.0f32; width];
+            for slot in 0..keep_tokens {
+                for head in 0..self.shape.n_kv_heads {
+                    let src = (head * p + slot) * d;
+                    k_row[head * d..(head + 1) * d]
+                        .copy_from_slice(&self.staging_keys[src..src + d]);
+                    v_row[head * d..(head + 1) * d]
+                        .copy_from_slice(&self.staging_values[src..src + d]);
+                }
+                self.push_token(layer, false, &k_row, &v_row);
+            }
+        }
+        for page in dropped {
+            self.sealed_pool.release(page);
+        }
+    }
+}
+
+/// All-in bits per cached K or V channel of a compressed page of `config` (header, norms,
+/// parameters, residuals and alignment padding included): the rate of every token beyond the
+/// fp16 window and sinks. 16-bit pages plus their header for the fp16 codec.
+pub fn sealed_bits_per_channel(shape: &KvShape, config: &KvConfig) -> Result<f64, KvError> {
+    config.validate(shape)?;
+    let page_bytes = match crate::codec::build(shape, config)? {
+        Some(codec) => codec.page_bytes(),
+        None => Fp16Layout::new(shape.n_kv_heads, shape.head_dim, config.page_tokens).page_bytes(),
+    };
+    let channels = config.page_tokens * shape.kv_width() * 2;
+    Ok(page_bytes as f64 * 8.0 / channels as f64)
+}
+
+/// Keeps the first `keep` tokens of an fp16 run, releasing pages it no longer needs.
+fn shrink_run(
+    run: &mut TokenRun,
+    keep: usize,
+    page_tokens: usize,
+    pool: &mut PagePool,
+    layout: &Fp16Layout,
+) {
+    let keep_pages = keep.div_ceil(page_tokens);
+    while run.pages.len() > keep_pages {
+        let page = run.pages.pop_back().expect("len > keep_pages >= 0");
+        pool.release(page);
+    }
+    run.tokens = keep;
+    if let Some(&last) = run.pages.back() {
+        let in_last = keep - (keep_pages - 1) * page_tokens;
+        layout.set_tokens(pool.page_mut(last), in_last);
+    }
+}
+
+#[cfg(test)]
+impl KvCache {
+    /// The keys and values attention effectively sees, `[len][n_kv_heads][d]` each: fp16 pages
+    /// widened, sealed pages decoded. Test-only: the runtime never materialises this.
+    fn effective_kv(&mut self, layer: usize) -> (Vec<f32>, Vec<f32>) {
+        let (p, d, h) = (
+            self.config.page_tokens,
+            self.shape.head_dim,
+            self.shape.n_kv_heads,
+        );
+        let table = &self.layers[layer];
+        let len = table.len(p);
+        let (mut keys, mut values) = (vec![0.0f32; len * h * d], vec![0.0f32; len * h * d]);
+        for index in 0..table.segment_count() {
+            let seg = table.segment(index, p);
+            let (mut k_page, mut v_page) = (vec![0.0f32; h * p * d], vec![0.0f32; h * p * d]);
+            match seg.kind {
+                crate::table::PageKind::Fp16 => {
+                    let bytes = self.fp16_pool.page(seg.page);
+                    f16_to_f32(self.fp16.keys_section(bytes), &mut k_page);
+                    f16_to_f32(self.fp16.values_section(bytes), &mut v_page);
+                }
+                crate::table::PageKind::Sealed => {
+                    let codec = self.codec.as_deref().unwrap();
+                    codec.decode_page(
+                        self.sealed_pool.page(seg.page),
+                        layer,
+                        &mut k_page,
+                        &mut v_page,
+                    );
+                }
+            }
+            for slot in 0..seg.count {
+                for head in 0..h {
+                    let dst = ((seg.first + slot) * h + head) * d;
+                    let src = (head * p + slot) * d;
+                    keys[dst..dst + d].copy_from_slice(&k_page[src..src + d]);
+                    values[dst..dst + d].copy_from_slice(&v_page[src..src + d]);
+                }
+            }
+        }
+        (keys, values)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{KvCodecKind, NormFormat};
+    use crate::rng::SplitMix64;
+    use crate::test_support::{normals, reference_attention};
+
+    const SHAPE: KvShape = KvShape {
+        n_layers: 2,
+        n_heads: 6,
+        n_kv_heads: 2,
+        head_dim: 32,
+    };
+
+    fn configs() -> Vec<KvConfig> {
+        let small = |c: KvConfig| KvConfig {
+            page_tokens: 8,
+            window: 12,
+            max_tokens: 4096,
+            ..c
+        };
+        vec![
+            small(KvConfig::turbo()),
+            small(KvConfig {
+                k_bits: 2.5,
+                v_bits: 2.0,
+                key_norm: NormFormat::F16,
+                ..KvConfig::turbo()
+            }),
+            small(KvConfig {
+                k_bits: 4.0,
+                v_bits: 4.0,
+                window: 0,
+                ..KvConfig::turbo()
+            }),
+            small(KvConfig {
+                sink_tokens: 5,
+                ..KvConfig::turbo()
+            }),
+            small(KvConfig {
+                kivi_group: 8,
+                ..KvConfig::kivi(2)
+            }),
+            small(KvConfig {
+                kivi_group: 4,
+                ..KvConfig::kivi(4)
+            }),
+        ]
+    }
+
+    /// Attention straight from codes equals exact attention over the decoded cache: the codes
+    /// are scored and accumulated correctly, causal masks and all.
+    #[test]
+    fn attention_from_codes_equals_attention_over_decoded_pages() {
+        for config in configs() {
+            let mut rng = SplitMix64::new(21);
+            let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
+            let width = SHAPE.kv_width();
+            for chunk in [13usize, 1, 30, 2, 9, 1, 40] {
+                let start = cache.len();
+                for layer in 0..SHAPE.n_layers {
+                    let k = normals(&mut rng, chunk * width, 1.5);
+                    let v = normals(&mut rng, chunk * width, 1.0);
+                    cache.append(layer, &k, &v).unwrap();
+                }
+                let (keys, values) = cache.effective_kv(1);
+                for q_start in [start, start.saturating_sub(20)] {
+                    let n = start + chunk - q_start;
+                    let q = normals(&mut rng, n * SHAPE.q_width(), 1.0);
+                    let mut out = vec![0.0f32; q.len()];
+                    cache.attend(1, &q, q_start, &mut out).unwrap();
+                    let expected = reference_attention(&SHAPE, &keys, &values, &q, q_start);
+                    let err = out
+                        .iter()
+                        .zip(&expected)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0.0, f32::max);
+                    assert!(
+                        err < 1e-4,
+                        "{:?}: error {err} at start {q_start}",
+                        config.codec
+                    );
+                }
+            }
+            let stats = cache.stats();
+            assert!(stats.total.compressed_tokens > 0);
+            if config.sink_tokens > 0 {
+                assert!(stats.layers[0].fp16_tokens >= config.sink_tokens + config.window);
+            }
+        }
+    }
+
+    #[test]
+    fn compressed_attention_is_close_to_fp16() {
+        let shape = KvShape {
+            n_layers: 1,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 64,
+        };
+        let mut rng = SplitMix64::new(3);
+        let n = 256;
+        let k = normals(&mut rng, n * shape.kv_width(), 1.0);
+        let v = normals(&mut rng, n * shape.kv_width(), 1.0);
+        let q = normals(&mut rng, 4 * shape.q_width(), 2.0);
+        let run = |config: KvConfig| {
+            let mut cache = KvCache::new(
+                shape,
+                KvConfig {
+                    window: 0,
+                    ..config
+                },
+            )
+            .unwrap();
+            cache.append(0, &k, &v).unwrap();
+            let mut out = vec![0.0f32; q.len()];
+            cache.attend(0, &q, n - 4, &mut out).unwrap();
+            out
+        };
+        let exact = run(KvConfig::fp16());
+        let rel = |out: &[f32]| {
+            let num: f32 = out.iter().zip(&exact).map(|(a, b)| (a - b).powi(2)).sum();
+            let den: f32 = exact.iter().map(|b| b * b).sum();
+            (num / den).sqrt()
+        };
+        let mut errors = Vec::new();
+        for config in [
+            KvConfig {
+                k_bits: 4.0,
+                v_bits: 4.0,
+                ..KvConfig::turbo()
+            },
+            KvConfig::turbo(),
+            KvConfig {
+                k_bits: 2.0,
+                v_bits: 2.0,
+                ..KvConfig::turbo()
+            },
+            KvConfig::turbo_qjl(),
+            KvConfig::kivi(4),
+            KvConfig::kivi(2),
+        ] {
+            let e = rel(&run(config.clone()));
+            eprintln!(
+                "{:?} k{} v{}: relative error {e:.4}",
+                config.codec, config.k_bits, config.v_bits
+            );
+            errors.push(e);
+        }
+        assert!(errors[0] < errors[1] && errors[1] < errors[2], "{errors:?}");
+        // Random keys give logits of std ~2 here, so errors are larger than on real models.
+        assert!(errors[0] < 0.3 && errors[1] < 0.4, "{errors:?}");
+        assert!(errors[4] < errors[5], "{errors:?}");
+    }
+
+    #[test]
+    fn stats_match_allocation_and_the_exact_rate_function() {
+        let shape = KvShape {
+            n_layers: 2,
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+        };
+        for config in [
+            KvConfig::turbo(),
+            KvConfig::turbo_qjl(),
+            KvConfig::kivi(2),
+            KvConfig::kivi(4),
+        ] {
+            let config = KvConfig {
+                window: 0,
+                ..config
+            };
+            let mut cache = KvCache::new(shape, config.clone()).unwrap();
+            let mut rng = SplitMix64::new(9);
+            for layer in 0..2 {
+                let kv = normals(&mut rng, 96 * shape.kv_width(), 1.0);
+                cache.append(layer, &kv, &kv).unwrap();
+            }
+            let stats = cache.stats();
+            let t = &stats.total;
+            assert_eq!(t.compressed_tokens, 2 * 96);
+            assert_eq!(t.pages_used, stats.pages_allocated - stats.pages_free);
+            assert_eq!(
+                t.allocated_bytes,
+                t.header_bytes
+                    + t.k_payload_bytes
+                    + t.v_payload_bytes
+                    + t.norm_bytes
+                    + t.padding_bytes
+            );
+            assert_eq!(t.allocated_bytes, 6 * stats.sealed_page_bytes);
+            let rate = sealed_bits_per_channel(&shape, &config).unwrap();
+            assert!(
+                (t.bits_per_channel - rate).abs() < 1e-12,
+                "{rate} vs {}",
+                t.bits_per_channel
+            );
+            eprintln!(
+                "{:?}: {rate:.4} bits per channel all-in, {:.2}x vs fp16",
+                config.codec, t.compression_vs_fp16
+            );
+        }
+        // The default product mode on SmolLM2's shape: header + log-u8 norms + 3.5/3.0 codes.
+        let rate = sealed_bits_per_channel(&shape, &KvConfig::turbo()).unwrap();
+        let bytes = 64 + 112 + 3 * 32 * 28 + 112 + 3 * 32 * 24;
+        assert_eq!(rate, bytes as f64 * 8.0 / (32 * 3 * 64 * 2) as f64);
+        assert!(16.0 / rate >= 4.5);
+        assert_eq!(KvConfig::turbo().codec, KvCodecKind::Turbo);
+    }
+
+    /// Scratch of a decode step does not grow with depth (beyond one page).
+    #[test]
+    fn scratch_does_not_grow_with_depth() {
+        let shape = KvShape {
+            n_layers: 1,
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+        };
+        for config in [
+            KvConfig::fp16(),
+            KvConfig::turbo(),
+            KvConfig::turbo_qjl(),
+            KvConfig::kivi(2),
+        ] {
+            let scratch_at = |depth: usize| {
+                let mut cache = KvCache::new(shape, config.clone()).unwrap();
+                let mut rng = SplitMix64::new(1);
+                let kv = normals(&mut rng, depth * shape.kv_width(), 1.0);
+                cache.append(0, &kv, &kv).unwrap();
+                let q = normals(&mut rng, shape.q_width(), 1.0);
+                let mut out = vec![0.0; q.len()];
+                cache.attend(0, &q, depth - 1, &mut out).unwrap();
+                (
+                    cache.stats().scratch_bytes,
+                    cache
+                        .stats()
+                        .fp16_page_bytes
+                        .max(cache.stats().sealed_page_bytes),
+                )
+            };
+            let (shallow, page) = scratch_at(512);
+            let (deep, _) = scratch_at(4096);
+            eprintln!(
+                "{:?}: scratch {shallow} B at 512, {deep} B at 4096",
+                config.codec
+            );
+            assert!(
+                deep <= shallow + page,
+                "{:?}: {deep} > {shallow} + {page}",
+                config.codec
+            );
+        }
+    }
+
+    #[test]
+    fn truncating_into_a_sealed_page_keeps_the_prefix() {
+        let config = KvConfig {
+            page_tokens: 8,
+            window: 8,
+            ..KvConfig::turbo()
+        };
+        let mut cache = KvCache::new(SHAPE, config).unwrap();
+        let mut rng = SplitMix64::new(4);
+        for layer in 0..2 {
+            let kv = normals(&mut rng, 40 * SHAPE.kv_width(), 1.0);
+            cache.append(layer, &kv, &kv).unwrap();
+        }
+        let (before_k, before_v) = cache.effective_kv(0);
+        cache.truncate(13);
+        assert_eq!(cache.len(), 13);
+        let (after_k, after_v) = cache.effective_kv(0);
+        let w = 13 * SHAPE.kv_width();
+        // Tokens 8..13 came back from codes into fp16: equal up to f16 rounding.
+        for (a, b) in after_k
+            .iter()
+            .zip(&before_k[..w])
+            .chain(after_v.iter().zip(&before_v[..w]))
+        {
+            assert!((a - b).abs() <= 2e-3 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+        let stats = cache.stats();
+        assert_eq!(
+            stats.total.pages_used,
+            stats.pages_allocated - stats.pages_free
+        );
+        assert_eq!(stats.layers[0].compressed_tokens, 8);
+    }
+}

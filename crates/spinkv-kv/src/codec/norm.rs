@@ -1,0 +1,140 @@
+//! Per-token scales stored in one byte on a logarithmic grid whose range is fitted per
+//! (page, head): `[lo: f16][hi: f16][code: u8 × tokens]`. Code 0 is an exact zero; codes
+//! 1..=255 are `2^(lo + (code-1)·(hi-lo)/254)`. A page's norms rarely span more than a few
+//! octaves, so the relative error is far below the 2^(1/16) steps of a fixed global range.
+
+use half::f16;
+
+/// Bytes of a block of `tokens` log-u8 scales.
+pub(crate) fn log_u8_bytes(tokens: usize) -> usize {
+    4 + tokens
+}
+
+/// Encodes non-negative `values` into `out` (`log_u8_bytes(values.len())` bytes) and writes the
+/// values the decoder will see back into `values`.
+pub(crate) fn encode_log_u8(values: &mut [f32], out: &mut [u8]) {
+    let logs = values
+        .iter()
+        .filter(|v| **v > 1e-30 && v.is_finite())
+        .map(|v| v.log2());
+    let (mut lo, mut hi) = logs.fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), l| {
+        (a.min(l), b.max(l))
+    });
+    if lo > hi {
+        (lo, hi) = (0.0, 0.0);
+    }
+    let (lo16, hi16) = (
+        f16::from_f32(lo.max(-65000.0)),
+        f16::from_f32(hi.min(65000.0)),
+    );
+    out[0..2].copy_from_slice(&lo16.to_le_bytes());
+    out[2..4].copy_from_slice(&hi16.to_le_bytes());
+    let (lo, hi) = (lo16.to_f32(), hi16.to_f32());
+    let step = (hi - lo) / 254.0;
+    for (v, code) in values.iter_mut().zip(&mut out[4..]) {
+        *code = if *v > 1e-30 && v.is_finite() {
+            let c = if step > 0.0 {
+                ((v.log2() - lo) / step).round()
+            } else {
+                0.0
+            };
+            1 + c.clamp(0.0, 254.0) as u8
+        } else {
+            0
+        };
+        *v = decode_one(lo, step, *code);
+    }
+}
+
+/// Decodes a block written by [`encode_log_u8`] into `values`.
+pub(crate) fn decode_log_u8(block: &[u8], values: &mut [f32]) {
+    let lo = f16::from_le_bytes([block[0], block[1]]).to_f32();
+    let hi = f16::from_le_bytes([block[2], block[3]]).to_f32();
+    let step = (hi - lo) / 254.0;
+    for (v, &code) in values.iter_mut().zip(&block[4..]) {
+        *v = decode_one(lo, step, code);
+    }
+}
+
+#[inline]
+fn decode_one(lo: f32, step: f32, code: u8) -> f32 {
+    if code == 0 {
+        0.0
+    } else {
+        (lo + (code - 1) as f32 * step).exp2()
+    }
+}
+
+/// Reads single scales out of a block, for loops that want one token at a time.
+#[derive(Clone, Copy)]
+pub(crate) enum ScaleReader {
+    LogU8 { lo: f32, step: f32 },
+    F16,
+}
+
+impl ScaleReader {
+    pub(crate) fn log_u8(block: &[u8]) -> Self {
+        let lo = f16::from_le_bytes([block[0], block[1]]).to_f32();
+        let hi = f16::from_le_bytes([block[2], block[3]]).to_f32();
+        ScaleReader::LogU8 {
+            lo,
+            step: (hi - lo) / 254.0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, block: &[u8], token: usize) -> f32 {
+        match *self {
+            ScaleReader::LogU8 { lo, step } => decode_one(lo, step, block[4 + token]),
+            ScaleReader::F16 => {
+                f16::from_le_bytes([block[2 * token], block[2 * token + 1]]).to_f32()
+            }
+        }
+    }
+}
+
+/// Encodes `values` as little-endian halves and writes back what the decoder will see.
+pub(crate) fn encode_f16(values: &mut [f32], out: &mut [u8]) {
+    for (v, bytes) in values.iter_mut().zip(out.chunks_exact_mut(2)) {
+        let h = f16::from_f32(*v);
+        bytes.copy_from_slice(&h.to_le_bytes());
+        *v = h.to_f32();
+    }
+}
+
+pub(crate) fn decode_f16(block: &[u8], values: &mut [f32]) {
+    for (v, bytes) in values.iter_mut().zip(block.chunks_exact(2)) {
+        *v = f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_u8_is_accurate_within_a_page_range() {
+        let original: Vec<f32> = (0..32).map(|i| 3.0 + i as f32 * 0.9).collect();
+        let mut values = original.clone();
+        let mut block = vec![0u8; log_u8_bytes(32)];
+        encode_log_u8(&mut values, &mut block);
+        let mut decoded = vec![0.0; 32];
+        decode_log_u8(&block, &mut decoded);
+        assert_eq!(decoded, values);
+        for (a, b) in original.iter().zip(&decoded) {
+            assert!((a / b - 1.0).abs() < 0.005, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn zeros_and_constant_blocks_survive() {
+        let mut values = vec![0.0, 2.0, 2.0, 0.0];
+        let mut block = vec![0u8; log_u8_bytes(4)];
+        encode_log_u8(&mut values, &mut block);
+        assert_eq!(values, [0.0, 2.0, 2.0, 0.0]);
+        let mut zeros = vec![0.0; 3];
+        let mut block = vec![0u8; log_u8_bytes(3)];
+        encode_log_u8(&mut zeros, &mut block);
+        assert_eq!(zeros, [0.0; 3]);
+    }
+}

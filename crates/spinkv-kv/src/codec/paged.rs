@@ -1,0 +1,302 @@
+//! A sealed page format built from a key half and a value half, each coding one head's block of
+//! `page_tokens` tokens. This file owns the page layout (header + five 16-byte aligned
+//! sections, head-major within each) and dispatches attention calls to the halves.
+
+use super::{PageAccounting, SealedCodec};
+use crate::codebook::CODEBOOK_VERSION;
+use crate::config::{KvCodecKind, NormFormat};
+use crate::page::{
+    align16, write_header, PageHeader, FLAG_SEALED, HEADER_BYTES, PAGE_FORMAT_VERSION, PAGE_MAGIC,
+};
+
+/// Maximum head dim of the compressing codecs (their per-token scratch lives on the stack).
+pub(crate) const MAX_CODED_DIM: usize = 1024;
+
+/// One head's view of a key block.
+#[derive(Clone, Copy)]
+pub(crate) struct KeyBlock<'a> {
+    pub(crate) side: &'a [u8],
+    pub(crate) codes: &'a [u8],
+    pub(crate) residual: &'a [u8],
+}
+
+pub(crate) struct KeyBlockMut<'a> {
+    pub(crate) side: &'a mut [u8],
+    pub(crate) codes: &'a mut [u8],
+    pub(crate) residual: &'a mut [u8],
+}
+
+/// Key coding of one head's page block. Shapes as in [`SealedCodec`]; `rows` `[page_tokens][d]`.
+pub(crate) trait KeyHalf: Send + Sync {
+    fn half_bits(&self) -> u8;
+    /// Bytes per head and page of the side (norm/parameter), code and residual sections.
+    fn side_bytes(&self) -> usize;
+    fn code_bytes(&self) -> usize;
+    fn residual_bytes(&self) -> usize;
+    fn encode(&self, layer: usize, head: usize, rows: &[f32], block: KeyBlockMut<'_>);
+    fn decode(&self, layer: usize, head: usize, block: KeyBlock<'_>, rows: &mut [f32]);
+    /// Floats of prepared state per query head.
+    fn prepared_len(&self) -> usize;
+    fn prepare(&self, layer: usize, head: usize, query: &[f32], prepared: &mut [f32]);
+    #[allow(clippy::too_many_arguments)]
+    fn score(
+        &self,
+        block: KeyBlock<'_>,
+        prepared: &[f32],
+        n_qh: usize,
+        visible: usize,
+        scores: &mut [f32],
+        stride: usize,
+    );
+}
+
+/// Value coding of one head's page block.
+pub(crate) trait ValueHalf: Send + Sync {
+    fn half_bits(&self) -> u8;
+    fn side_bytes(&self) -> usize;
+    fn code_bytes(&self) -> usize;
+    fn encode(&self, layer: usize, head: usize, rows: &[f32], side: &mut [u8], codes: &mut [u8]);
+    fn decode(&self, layer: usize, head: usize, side: &[u8], codes: &[u8], rows: &mut [f32]);
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate(
+        &self,
+        side: &[u8],
+        codes: &[u8],
+        weights: &[f32],
+        stride: usize,
+        n_qh: usize,
+        visible: usize,
+        acc: &mut [f32],
+    );
+    /// Brings one accumulated row to the plain domain.
+    fn finish(&self, layer: usize, head: usize, acc_row: &mut [f32]);
+}
+
+pub(crate) struct PagedCodec<K, V> {
+    kind: KvCodecKind,
+    keys: K,
+    values: V,
+    n_kv_heads: usize,
+    head_dim: usize,
+    page_tokens: usize,
+    norm_format: NormFormat,
+    group: usize,
+    /// Section starts: k_side, k_codes, k_residual, v_side, v_codes, body_end.
+    offsets: [usize; 6],
+}
+
+impl<K: KeyHalf, V: ValueHalf> PagedCodec<K, V> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        kind: KvCodecKind,
+        keys: K,
+        values: V,
+        n_kv_heads: usize,
+        head_dim: usize,
+        page_tokens: usize,
+        norm_format: NormFormat,
+        group: usize,
+    ) -> Self {
+        let sections = [
+            keys.side_bytes(),
+            keys.code_bytes(),
+            keys.residual_bytes(),
+            values.side_bytes(),
+            values.code_bytes(),
+        ];
+        let mut offsets = [0usize; 6];
+        let mut at = HEADER_BYTES;
+        for (i, per_head) in sections.iter().enumerate() {
+            offsets[i] = at;
+            at += align16(per_head * n_kv_heads);
+        }
+        offsets[5] = at;
+        PagedCodec {
+            kind,
+            keys,
+            values,
+            n_kv_heads,
+            head_dim,
+            page_tokens,
+            norm_format,
+            group,
+            offsets,
+        }
+    }
+
+    fn section<'p>(&self, page: &'p [u8], index: usize, per_head: usize, head: usize) -> &'p [u8] {
+        &page[self.offsets[index] + head * per_head..][..per_head]
+    }
+
+    fn key_block<'p>(&self, page: &'p [u8], head: usize) -> KeyBlock<'p> {
+        KeyBlock {
+            side: self.section(page, 0, self.keys.side_bytes(), head),
+            codes: self.section(page, 1, self.keys.code_bytes(), head),
+            residual: self.section(page, 2, self.keys.residual_bytes(), head),
+        }
+    }
+
+    fn value_blocks<'p>(&self, page: &'p [u8], head: usize) -> (&'p [u8], &'p [u8]) {
+        (
+            self.section(page, 3, self.values.side_bytes(), head),
+            self.section(page, 4, self.values.code_bytes(), head),
+        )
+    }
+}
+
+/// Splits `len` bytes at `at` of `page` off as a mutable slice.
+fn cut(page: &mut [u8], at: usize, len: usize) -> &mut [u8] {
+    &mut page[at..at + len]
+}
+
+impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
+    fn page_bytes(&self) -> usize {
+        self.offsets[5]
+    }
+
+    fn accounting(&self) -> PageAccounting {
+        let h = self.n_kv_heads;
+        let used = HEADER_BYTES
+            + h * (self.keys.side_bytes() + self.keys.code_bytes() + self.keys.residual_bytes())
+            + h * (self.values.side_bytes() + self.values.code_bytes());
+        PageAccounting {
+            header: HEADER_BYTES,
+            k_payload: h * (self.keys.code_bytes() + self.keys.residual_bytes()),
+            v_payload: h * self.values.code_bytes(),
+            norms: h * (self.keys.side_bytes() + self.values.side_bytes()),
+            padding: self.page_bytes() - used,
+        }
+    }
+
+    fn encode_page(
+        &self,
+        layer: usize,
+        first_token: usize,
+        keys: &[f32],
+        values: &[f32],
+        page: &mut [u8],
+    ) {
+        let run = self.page_tokens * self.head_dim;
+        page[HEADER_BYTES..].fill(0);
+        let (ks, kc, kr) = (
+            self.keys.side_bytes(),
+            self.keys.code_bytes(),
+            self.keys.residual_bytes(),
+        );
+        let (vs, vc) = (self.values.side_bytes(), self.values.code_bytes());
+        for head in 0..self.n_kv_heads {
+            let rows = &keys[head * run..(head + 1) * run];
+            // Three disjoint sections of the page, cut one after another.
+            let (before_codes, rest) = page.split_at_mut(self.offsets[1]);
+            let (codes_part, residual_part) = rest.split_at_mut(self.offsets[2] - self.offsets[1]);
+            let block = KeyBlockMut {
+                side: cut(before_codes, self.offsets[0] + head * ks, ks),
+                codes: cut(codes_part, head * kc, kc),
+                residual: cut(residual_part, head * kr, kr),
+            };
+            self.keys.encode(layer, head, rows, block);
+            let rows = &values[head * run..(head + 1) * run];
+            let (before_codes, codes_part) = page.split_at_mut(self.offsets[4]);
+            let side = cut(before_codes, self.offsets[3] + head * vs, vs);
+            self.values
+                .encode(layer, head, rows, side, cut(codes_part, head * vc, vc));
+        }
+        let header = PageHeader {
+            magic: PAGE_MAGIC,
+            version: PAGE_FORMAT_VERSION,
+            codec: self.kind.code(),
+            flags: FLAG_SEALED,
+            k_half_bits: self.keys.half_bits(),
+            v_half_bits: self.values.half_bits(),
+            norm_format: match self.norm_format {
+                NormFormat::LogU8 => 0,
+                NormFormat::F16 => 1,
+            },
+            codebook_version: CODEBOOK_VERSION,
+            layer: layer as u16,
+            n_kv_heads: self.n_kv_heads as u16,
+            head_dim: self.head_dim as u16,
+            page_tokens: self.page_tokens as u16,
+            tokens: self.page_tokens as u16,
+            group: self.group as u16,
+            first_token: first_token as u32,
+            k_side: self.offsets[0] as u32,
+            k_codes: self.offsets[1] as u32,
+            k_residual: self.offsets[2] as u32,
+            v_side: self.offsets[3] as u32,
+            v_codes: self.offsets[4] as u32,
+            body_end: self.offsets[5] as u32,
+            checksum: 0,
+            reserved: [0; 8],
+        };
+        write_header(page, &header);
+    }
+
+    fn decode_page(&self, page: &[u8], layer: usize, keys: &mut [f32], values: &mut [f32]) {
+        let run = self.page_tokens * self.head_dim;
+        for head in 0..self.n_kv_heads {
+            self.keys.decode(
+                layer,
+                head,
+                self.key_block(page, head),
+                &mut keys[head * run..(head + 1) * run],
+            );
+            let (side, codes) = self.value_blocks(page, head);
+            self.values.decode(
+                layer,
+                head,
+                side,
+                codes,
+                &mut values[head * run..(head + 1) * run],
+            );
+        }
+    }
+
+    fn prepared_len(&self, n_qh: usize) -> usize {
+        n_qh * self.keys.prepared_len()
+    }
+
+    fn prepare(&self, layer: usize, kv_head: usize, queries: &[f32], prepared: &mut [f32]) {
+        let per = self.keys.prepared_len();
+        for (query, out) in queries
+            .chunks_exact(self.head_dim)
+            .zip(prepared.chunks_exact_mut(per))
+        {
+            self.keys.prepare(layer, kv_head, query, out);
+        }
+    }
+
+    fn score_page(
+        &self,
+        page: &[u8],
+        kv_head: usize,
+        prepared: &[f32],
+        n_qh: usize,
+        visible: usize,
+        scores: &mut [f32],
+    ) {
+        let block = self.key_block(page, kv_head);
+        self.keys
+            .score(block, prepared, n_qh, visible, scores, self.page_tokens);
+    }
+
+    fn accumulate_page(
+        &self,
+        page: &[u8],
+        kv_head: usize,
+        weights: &[f32],
+        n_qh: usize,
+        visible: usize,
+        acc: &mut [f32],
+    ) {
+        let (side, codes) = self.value_blocks(page, kv_head);
+        self.values
+            .accumulate(side, codes, weights, self.page_tokens, n_qh, visible, acc);
+    }
+
+    fn finish(&self, layer: usize, kv_head: usize, acc: &mut [f32]) {
+        for row in acc.chunks_exact_mut(self.head_dim) {
+            self.values.finish(layer, kv_head, row);
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Turbo key codec: rotate (signs + FWHT, per layer and KV head), normalise, snap every
+//! coordinate to its Lloyd–Max codebook, pack; one scale per token (log-u8 or f16). Keys are
+//! scored straight from the codes: the query is rotated once per head and step and expanded
+//! into a lookup table `q_c · level_c(v)`, so a token's score is d table lookups times its scale.
+//!
+//! The stored scale is `‖k‖ / ⟨y, ŷ⟩` (y the rotated unit key, ŷ its codebook levels), which
+//! makes `⟨q, k̂⟩` unbiased along the key's own direction (the RaBitQ estimator) rather than
+//! shrunk by the quantiser's `1 - D`. With the QJL residual the scale is instead the
+//! least-squares `‖k‖·⟨y, ŷ⟩ / ‖ŷ‖²` (smallest residual) and the residual sketch corrects the score.
+
+use super::norm::{
+    decode_f16, decode_log_u8, encode_f16, encode_log_u8, log_u8_bytes, ScaleReader,
+};
+use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, MAX_CODED_DIM};
+use super::qjl::Qjl;
+use super::rotated::RotatedQuantizer;
+use crate::config::NormFormat;
+use crate::pack::{pack, unpack};
+use crate::transform::{Rotation, PURPOSE_KEY_ROTATION};
+
+pub(crate) struct TurboKeys {
+    d: usize,
+    page_tokens: usize,
+    half_bits: u8,
+    quantizer: RotatedQuantizer,
+    norm: NormFormat,
+    /// `[layer · n_kv_heads + head]`.
+    rotations: Vec<Rotation>,
+    n_kv_heads: usize,
+    qjl: Option<Qjl>,
+}
+
+impl TurboKeys {
+    /// `half_bits`: the total key rate; with QJL one bit per channel of it goes to the sketch.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        n_layers: usize,
+        n_kv_heads: usize,
+        d: usize,
+        page_tokens: usize,
+        half_bits: u8,
+        norm: NormFormat,
+        with_qjl: bool,
+        seed: u64,
+    ) -> Self {
+        let mse_half_bits = if with_qjl { half_bits - 2 } else { half_bits };
+        let rotations = (0..n_layers * n_kv_heads)
+            .map(|i| {
+                Rotation::new(
+                    d,
+                    seed,
+                    PURPOSE_KEY_ROTATION,
+                    i / n_kv_heads,
+                    i % n_kv_heads,
+                )
+            })
+            .collect();
+        TurboKeys {
+            d,
+            page_tokens,
+            half_bits,
+            quantizer: RotatedQuantizer::new(d, mse_half_bits),
+            norm,
+            rotations,
+            n_kv_heads,
+            qjl: with_qjl.then(|| Qjl::new(d, seed)),
+        }
+    }
+
+    fn rotation(&self, layer: usize, head: usize) -> &Rotation {
+        &self.rotations[layer * self.n_kv_heads + head]
+    }
+
+    fn token_code_bytes(&self) -> usize {
+        self.quantizer.layout.bytes()
+    }
+
+    fn decode_scales(&self, side: &[u8], scales: &mut [f32]) {
+        match self.norm {
+            NormFormat::LogU8 => decode_log_u8(side, scales),
+            NormFormat::F16 => decode_f16(side, scales),
+        }
+    }
+}
+
+impl KeyHalf for TurboKeys {
+    fn half_bits(&self) -> u8 {
+        self.half_bits
+    }
+
+    fn side_bytes(&self) -> usize {
+        match self.norm {
+            NormFormat::LogU8 => log_u8_bytes(self.page_tokens),
+            NormFormat::F16 => 2 * self.page_tokens,
+        }
+    }
+
+    fn code_bytes(&self) -> usize {
+        self.page_tokens * self.token_code_bytes()
+    }
+
+    fn residual_bytes(&self) -> usize {
+        self.qjl
+            .as_ref()
+            .map_or(0, |q| self.page_tokens * q.token_bytes())
+    }
+
+    fn encode(&self, layer: usize, head: usize, rows: &[f32], block: KeyBlockMut<'_>) {
+        let (d, p) = (self.d, self.page_tokens);
+        let rotation = self.rotation(layer, head);
+        let bytes = self.token_code_bytes();
+        // Rotated unit keys and their norms are kept for the residual pass.
+        let mut rotated = vec![0.0f32; p * d];
+        let mut norms = vec![0.0f32; p];
+        let mut scales = vec![0.0f32; p];
+        let mut codes = [0u8; MAX_CODED_DIM];
+        let mut recon = [0.0f32; MAX_CODED_DIM];
+        let (codes, recon) = (&mut codes[..d], &mut recon[..d]);
+        for j in 0..p {
+            let y = &mut rotated[j * d..(j + 1) * d];
+            let norm = unit_rotated(&rows[j * d..(j + 1) * d], rotation, y);
+            self.quantizer.quantize(y, codes, recon);
+            pack(
+                codes,
+                &self.quantizer.layout,
+                &mut block.codes[j * bytes..(j + 1) * bytes],
+            );
+            let along: f32 = y.iter().zip(recon.iter()).map(|(a, b)| a * b).sum();
+            let energy: f32 = recon.iter().map(|v| v * v).sum();
+            norms[j] = norm;
+            scales[j] = match (&self.qjl, along > 0.0) {
+                (_, false) => 0.0,
+                (None, true) => norm / along,
+                (Some(_), true) => norm * along / energy,
+            };
+        }
+        match self.norm {
+            NormFormat::LogU8 => encode_log_u8(&mut scales, block.side),
+            NormFormat::F16 => encode_f16(&mut scales, block.side),
+        }
+        if let Some(qjl) = &self.qjl {
+            let sketch_bytes = qjl.token_bytes();
+            let mut residual = [0.0f32; MAX_CODED_DIM];
+            let residual = &mut residual[..d];
+            for j in 0..p {
+                let y = &rotated[j * d..(j + 1) * d];
+                unpack(
+                    &block.codes[j * bytes..(j + 1) * bytes],
+                    &self.quantizer.layout,
+                    codes,
+                );
+                self.quantizer.dequantize(codes, recon);
+                for c in 0..d {
+                    residual[c] = norms[j] * y[c] - scales[j] * recon[c];
+                }
+                qjl.encode(
+                    residual,
+                    &mut block.residual[j * sketch_bytes..(j + 1) * sketch_bytes],
+                );
+            }
+        }
+    }
+
+    fn decode(&self, layer: usize, head: usize, block: KeyBlock<'_>, rows: &mut [f32]) {
+        let (d, p) = (self.d, self.page_tokens);
+        let bytes = self.token_code_bytes();
+        let mut scales = vec![0.0f32; p];
+        self.decode_scales(block.side, &mut scales);
+        let mut codes = [0u8; MAX_CODED_DIM];
+        let mut extra = [0.0f32; MAX_CODED_DIM];
+        let (codes, extra) = (&mut codes[..d], &mut extra[..d]);
+        for j in 0..p {
+            let row = &mut rows[j * d..(j + 1) * d];
+            unpack(
+                &block.codes[j * bytes..(j + 1) * bytes],
+                &self.quantizer.layout,
+                codes,
+            );
+            self.quantizer.dequantize(codes, row);
+            for v in row.iter_mut() {
+                *v *= scales[j];
+            }
+            if let Some(qjl) = &self.qjl {
+                let tb = qjl.token_bytes();
+                qjl.decode(&block.residual[j * tb..(j + 1) * tb], extra);
+                for (v, e) in row.iter_mut().zip(extra.iter()) {
+                    *v += e;
+                }
+            }
+            self.rotation(layer, head).inverse(row);
+        }
+    }
+
+    fn prepared_len(&self) -> usize {
+        self.quantizer.lut_len() + self.qjl.as_ref().map_or(0, |q| q.prepared_len())
+    }
+
+    fn prepare(&self, layer: usize, head: usize, query: &[f32], prepared: &mut [f32]) {
+        let mut rotated = [0.0f32; MAX_CODED_DIM];
+        let rotated = &mut rotated[..self.d];
+        rotated.copy_from_slice(query);
+        self.rotation(layer, head).forward(rotated);
+        let (lut, tables) = prepared.split_at_mut(self.quantizer.lut_len());
+        self.quantizer.build_lut(rotated, lut);
+        if let Some(qjl) = &self.qjl {
+            qjl.prepare(rotated, tables);
+        }
+    }
+
+    fn score(
+        &self,
+        block: KeyBlock<'_>,
+        prepared: &[f32],
+        n_qh: usize,
+        visible: usize,
+        scores: &mut [f32],
+        stride: usize,
+    ) {
+        let d = self.d;
+        let bytes = self.token_code_bytes();
+        let per = self.prepared_len();
+        let lut_len = self.quantizer.lut_len();
+        let scales = match self.norm {
+            NormFormat::LogU8 => ScaleReader::log_u8(block.side),
+            NormFormat::F16 => ScaleReader::F16,
+        };
+        let mut codes = [0u8; MAX_CODED_DIM];
+        let codes = &mut codes[..d];
+        for j in 0..visible {
+            let scale = scales.get(block.side, j);
+            unpack(
+                &block.codes[j * bytes..(j + 1) * bytes],
+                &self.quantizer.layout,
+                codes,
+            );
+            for qh in 0..n_qh {
+                let lut = &prepared[qh * per..qh * per + lut_len];
+                let mut s = scale * self.quantizer.lut_score(lut, codes);
+                if let Some(qjl) = &self.qjl {
+                    let tb = qjl.token_bytes();
+                    let tables = &prepared[qh * per + lut_len..(qh + 1) * per];
+                    s += qjl.score(tables, &block.residual[j * tb..(j + 1) * tb]);
+                }
+                scores[qh * stride + j] = s;
+            }
+        }
+    }
+}
+
+/// Writes `T·(x/‖x‖)` into `y` and returns `‖x‖` (a zero vector stays zero).
+pub(crate) fn unit_rotated(x: &[f32], rotation: &Rotation, y: &mut [f32]) -> f32 {
+    let norm = x.iter().map(|v| v * v).sum::<f32>().sqrt();
+    let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+    for (yi, xi) in y.iter_mut().zip(x) {
+        *yi = xi * inv;
+    }
+    rotation.forward(y);
+    norm
+}

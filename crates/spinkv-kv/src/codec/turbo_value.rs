@@ -1,0 +1,168 @@
+//! Turbo value codec, MSE-oriented: rotate, normalise, snap to the Lloyd–Max codebooks, pack,
+//! with the least-squares scale `‖v‖·⟨y, ŷ⟩/‖ŷ‖²` per token in log-u8. No QJL: an unbiased
+//! inner-product estimator does not help reconstruction. After the softmax, values are
+//! accumulated in the rotated domain straight from their levels and the head's sum is
+//! rotated back once per step (`finish`), never per token.
+
+use super::norm::{decode_log_u8, encode_log_u8, log_u8_bytes, ScaleReader};
+use super::paged::{ValueHalf, MAX_CODED_DIM};
+use super::rotated::RotatedQuantizer;
+use super::turbo_key::unit_rotated;
+use crate::kernels::axpy_f32;
+use crate::pack::{pack, unpack};
+use crate::transform::{Rotation, PURPOSE_VALUE_ROTATION};
+
+pub(crate) struct TurboValues {
+    d: usize,
+    page_tokens: usize,
+    half_bits: u8,
+    quantizer: RotatedQuantizer,
+    rotations: Vec<Rotation>,
+    n_kv_heads: usize,
+}
+
+impl TurboValues {
+    pub(crate) fn new(
+        n_layers: usize,
+        n_kv_heads: usize,
+        d: usize,
+        page_tokens: usize,
+        half_bits: u8,
+        seed: u64,
+    ) -> Self {
+        let rotations = (0..n_layers * n_kv_heads)
+            .map(|i| {
+                Rotation::new(
+                    d,
+                    seed,
+                    PURPOSE_VALUE_ROTATION,
+                    i / n_kv_heads,
+                    i % n_kv_heads,
+                )
+            })
+            .collect();
+        TurboValues {
+            d,
+            page_tokens,
+            half_bits,
+            quantizer: RotatedQuantizer::new(d, half_bits),
+            rotations,
+            n_kv_heads,
+        }
+    }
+
+    fn rotation(&self, layer: usize, head: usize) -> &Rotation {
+        &self.rotations[layer * self.n_kv_heads + head]
+    }
+}
+
+impl ValueHalf for TurboValues {
+    fn half_bits(&self) -> u8 {
+        self.half_bits
+    }
+
+    fn side_bytes(&self) -> usize {
+        log_u8_bytes(self.page_tokens)
+    }
+
+    fn code_bytes(&self) -> usize {
+        self.page_tokens * self.quantizer.layout.bytes()
+    }
+
+    fn encode(
+        &self,
+        layer: usize,
+        head: usize,
+        rows: &[f32],
+        side: &mut [u8],
+        codes_out: &mut [u8],
+    ) {
+        let d = self.d;
+        let bytes = self.quantizer.layout.bytes();
+        let rotation = self.rotation(layer, head);
+        let mut scales = vec![0.0f32; self.page_tokens];
+        let mut y = [0.0f32; MAX_CODED_DIM];
+        let mut codes = [0u8; MAX_CODED_DIM];
+        let mut recon = [0.0f32; MAX_CODED_DIM];
+        let (y, codes, recon) = (&mut y[..d], &mut codes[..d], &mut recon[..d]);
+        for (j, scale) in scales.iter_mut().enumerate() {
+            let norm = unit_rotated(&rows[j * d..(j + 1) * d], rotation, y);
+            self.quantizer.quantize(y, codes, recon);
+            pack(
+                codes,
+                &self.quantizer.layout,
+                &mut codes_out[j * bytes..(j + 1) * bytes],
+            );
+            let along: f32 = y.iter().zip(recon.iter()).map(|(a, b)| a * b).sum();
+            let energy: f32 = recon.iter().map(|v| v * v).sum();
+            *scale = if energy > 0.0 {
+                norm * along / energy
+            } else {
+                0.0
+            };
+        }
+        encode_log_u8(&mut scales, side);
+    }
+
+    fn decode(&self, layer: usize, head: usize, side: &[u8], codes_in: &[u8], rows: &mut [f32]) {
+        let d = self.d;
+        let bytes = self.quantizer.layout.bytes();
+        let mut scales = vec![0.0f32; self.page_tokens];
+        decode_log_u8(side, &mut scales);
+        let mut codes = [0u8; MAX_CODED_DIM];
+        let codes = &mut codes[..d];
+        for (j, scale) in scales.iter().enumerate() {
+            let row = &mut rows[j * d..(j + 1) * d];
+            unpack(
+                &codes_in[j * bytes..(j + 1) * bytes],
+                &self.quantizer.layout,
+                codes,
+            );
+            self.quantizer.dequantize(codes, row);
+            for v in row.iter_mut() {
+                *v *= scale;
+            }
+            self.rotation(layer, head).inverse(row);
+        }
+    }
+
+    fn accumulate(
+        &self,
+        side: &[u8],
+        codes_in: &[u8],
+        weights: &[f32],
+        stride: usize,
+        n_qh: usize,
+        visible: usize,
+        acc: &mut [f32],
+    ) {
+        let d = self.d;
+        let bytes = self.quantizer.layout.bytes();
+        let scales = ScaleReader::log_u8(side);
+        let mut codes = [0u8; MAX_CODED_DIM];
+        let mut levels = [0.0f32; MAX_CODED_DIM];
+        let (codes, levels) = (&mut codes[..d], &mut levels[..d]);
+        for j in 0..visible {
+            if (0..n_qh).all(|qh| weights[qh * stride + j] == 0.0) {
+                continue;
+            }
+            let scale = scales.get(side, j);
+            unpack(
+                &codes_in[j * bytes..(j + 1) * bytes],
+                &self.quantizer.layout,
+                codes,
+            );
+            self.quantizer.dequantize(codes, levels);
+            for (qh, acc_row) in acc.chunks_exact_mut(d).enumerate().take(n_qh) {
+                let w = weights[qh * stride + j] * scale;
+                if w != 0.0 {
+                    axpy_f32(acc_row, w, levels);
+                }
+            }
+        }
+    }
+
+    fn finish(&self, layer: usize, head: usize, acc_row: &mut [f32]) {
+        self.rotation(layer, head).inverse(acc_row);
+    }
+}

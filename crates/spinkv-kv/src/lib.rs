@@ -1,0 +1,33 @@
+//! spinkv-kv: the paged, quantized KV cache.
+//!
+//! Layers of this crate, each using only the ones below it:
+//! `cache` (public `KvCache`: validation, lifecycle) → `table` (per-layer page tables) and
+//! `attend` (streaming attention over pages) → `codec` (page formats, attention from codes) →
+//! `page` (header format) and `pool` (page bookkeeping) → `kernels` (f32/f16 loops).
+
+mod attend;
+mod cache;
+mod codebook;
+mod codec;
+mod config;
+mod error;
+mod kernels;
+mod pack;
+pub mod page;
+mod pool;
+mod rng;
+mod stats;
+mod table;
+#[cfg(test)]
+mod test_support;
+mod transform;
+
+pub use cache::{sealed_bits_per_channel, KvCache};
+pub use codebook::CODEBOOK_VERSION;
+pub use config::{
+    KvCodecKind, KvConfig, KvShape, NormFormat, DEFAULT_MAX_TOKENS, DEFAULT_PAGE_TOKENS,
+    DEFAULT_SEED, DEFAULT_WINDOW, PRESETS,
+};
+pub use error::KvError;
+pub use page::PageError;
+pub use stats::{CacheStats, LayerStats};

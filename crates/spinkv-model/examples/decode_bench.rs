@@ -1,0 +1,89 @@
+//! Prefill `depth` tokens, then time greedy decode steps.
+//!
+//! cargo run --release -p spinkv-model --example decode_bench -- MODEL_DIR [depth=512] [steps=64] [runs=3] [threads=0]
+//! Set SPINKV_ISA=scalar|avx2 to compare kernels.
+
+use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
+use std::path::PathBuf;
+use std::time::Instant;
+
+fn arg(args: &[String], i: usize, default: usize) -> usize {
+    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(dir) = args.get(1) else {
+        eprintln!("usage: decode_bench MODEL_DIR [depth] [steps] [runs] [threads]");
+        std::process::exit(2);
+    };
+    let (depth, steps, runs) = (arg(&args, 2, 512), arg(&args, 3, 64), arg(&args, 4, 3));
+    set_threads(arg(&args, 5, 0));
+    let loaded = Instant::now();
+    let model = match Model::load(&PathBuf::from(dir)) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let vocab = model.config().vocab_size as u32;
+    println!(
+        "model {dir}: {} layers, dtype {}, load {:.0} ms, isa {}, threads {}",
+        model.config().num_hidden_layers,
+        model.dtype().name(),
+        loaded.elapsed().as_secs_f64() * 1e3,
+        spinkv_kernels::active_isa(),
+        threads()
+    );
+    // Deterministic pseudo-text: spread over the vocabulary, avoiding the special ids.
+    let prompt: Vec<u32> = (0..depth as u32).map(|i| 100 + (i * 7919) % (vocab - 100)).collect();
+    let mut decode_rates = Vec::new();
+    let mut prefill_rates = Vec::new();
+    for run in 0..runs {
+        let mut session = Session::new(model.clone(), KvConfig::default()).expect("session");
+        let started = Instant::now();
+        session.prefill(&prompt, false).expect("prefill");
+        let prefill_s = started.elapsed().as_secs_f64();
+        session.reset_timings();
+        let started = Instant::now();
+        for _ in 0..steps {
+            let next = argmax(session.last_logits());
+            session.decode(next).expect("decode");
+        }
+        let decode_s = started.elapsed().as_secs_f64();
+        let t = session.timings();
+        let ms = |ns: u64| ns as f64 / 1e6;
+        println!(
+            "run {run}: prefill {depth} tok {:.1} tok/s | decode {steps} tok at depth {depth}: {:.1} tok/s \
+             (per token: attention {:.2} ms, matmul {:.2} ms, other {:.2} ms)",
+            depth as f64 / prefill_s,
+            steps as f64 / decode_s,
+            ms(t.attention_ns) / steps as f64,
+            ms(t.matmul_ns) / steps as f64,
+            ms(t.other_ns) / steps as f64,
+        );
+        prefill_rates.push(depth as f64 / prefill_s);
+        decode_rates.push(steps as f64 / decode_s);
+    }
+    println!(
+        "median: prefill {:.1} tok/s, decode {:.1} tok/s",
+        median(&mut prefill_rates),
+        median(&mut decode_rates)
+    );
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -1,0 +1,26 @@
+//! spinkv-model: the Llama-family runtime — config, memory-mapped safetensors weights,
+//! batched prefill and single-token decode over a spinkv-kv cache, and the sampler.
+
+mod config;
+mod error;
+mod forward;
+mod model;
+mod parallel;
+mod sampler;
+mod session;
+mod timings;
+mod weights;
+
+pub use config::LlamaConfig;
+pub use error::ModelError;
+pub use model::Model;
+pub use parallel::{set_threads, threads};
+pub use sampler::{Sampler, SamplerParams};
+pub use session::{Session, PREFILL_CHUNK};
+pub use timings::PhaseTimings;
+
+pub use spinkv_kernels::WeightDtype;
+pub use spinkv_kv::{CacheStats, KvConfig, KvShape};
+
+#[cfg(test)]
+mod tests;

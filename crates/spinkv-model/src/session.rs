@@ -1,0 +1,198 @@
+//! `Session`: one conversation's KV cache, token history and last logits over a shared model.
+
+use crate::error::ModelError;
+use crate::forward::{forward, LogitsFor, Scratch};
+use crate::model::Model;
+use crate::parallel::run_in_pool;
+use crate::sampler::Sampler;
+use crate::timings::{elapsed_ns, ForwardClock, PhaseTimings};
+use spinkv_kv::{CacheStats, KvCache, KvConfig};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Prompt tokens per forward block. Bounds scratch memory (~1.5 MB of activations for
+/// SmolLM2) while keeping each weight block's reuse across tokens high.
+pub const PREFILL_CHUNK: usize = 64;
+
+pub struct Session {
+    model: Arc<Model>,
+    cache: KvCache,
+    tokens: Vec<u32>,
+    /// `[vocab]` after the last token, empty before the first forward or after a truncate.
+    logits: Vec<f32>,
+    scratch: Scratch,
+    timings: PhaseTimings,
+    max_context: usize,
+}
+
+impl Session {
+    pub fn new(model: Arc<Model>, kv: KvConfig) -> Result<Session, ModelError> {
+        let max_context = kv.max_tokens.min(model.config().max_position_embeddings);
+        let cache = KvCache::new(model.kv_shape(), kv)?;
+        Ok(Session {
+            model,
+            cache,
+            tokens: Vec::new(),
+            logits: Vec::new(),
+            scratch: Scratch::default(),
+            timings: PhaseTimings::default(),
+            max_context,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Most tokens this session can hold: min(model positions, KV `max_tokens`).
+    pub fn max_context(&self) -> usize {
+        self.max_context
+    }
+
+    /// Append `tokens` to the context (batched, in blocks of [`PREFILL_CHUNK`]). With
+    /// `all_logits`, returns `[tokens.len() * vocab]` logits, one row per token. Errors are
+    /// raised before anything is mutated.
+    pub fn prefill(&mut self, tokens: &[u32], all_logits: bool) -> Result<Option<Vec<f32>>, ModelError> {
+        self.check_tokens(tokens)?;
+        let started = Instant::now();
+        let vocab = self.model.config().vocab_size;
+        let mut all = if all_logits { Vec::with_capacity(tokens.len() * vocab) } else { Vec::new() };
+        let n_chunks = tokens.len().div_ceil(PREFILL_CHUNK);
+        let mut clock = ForwardClock::default();
+        let result = {
+            let Session { model, cache, tokens: history, logits, scratch, .. } = self;
+            run_in_pool(|| -> Result<(), ModelError> {
+                for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
+                    let want = if all_logits {
+                        LogitsFor::All
+                    } else if i + 1 == n_chunks {
+                        LogitsFor::Last
+                    } else {
+                        LogitsFor::None
+                    };
+                    forward(model, cache, chunk, history.len(), want, logits, scratch, &mut clock)?;
+                    history.extend_from_slice(chunk);
+                    if all_logits {
+                        all.extend_from_slice(logits);
+                    }
+                }
+                Ok(())
+            })
+        };
+        let start_len = self.tokens.len() - self.tokens.len().min(tokens.len());
+        if let Err(err) = result {
+            self.rollback(start_len);
+            return Err(err);
+        }
+        if all_logits {
+            let last = &all[all.len() - vocab..];
+            self.logits.clear();
+            self.logits.extend_from_slice(last);
+        }
+        let total = elapsed_ns(started);
+        clock.finish(total, &mut self.timings);
+        self.timings.prefill_tokens += tokens.len() as u64;
+        self.timings.prefill_ns += total;
+        Ok(all_logits.then_some(all))
+    }
+
+    /// Append one token; its logits become [`Session::last_logits`].
+    pub fn decode(&mut self, token: u32) -> Result<(), ModelError> {
+        self.check_tokens(&[token])?;
+        let started = Instant::now();
+        let start_len = self.tokens.len();
+        let mut clock = ForwardClock::default();
+        let result = {
+            let Session { model, cache, logits, scratch, .. } = self;
+            run_in_pool(|| forward(model, cache, &[token], start_len, LogitsFor::Last, logits, scratch, &mut clock))
+        };
+        if let Err(err) = result {
+            self.rollback(start_len);
+            return Err(err);
+        }
+        self.tokens.push(token);
+        let total = elapsed_ns(started);
+        clock.finish(total, &mut self.timings);
+        self.timings.decode_tokens += 1;
+        self.timings.decode_ns += total;
+        Ok(())
+    }
+
+    /// Draw the next token from the last logits with the session's tokens as the
+    /// repetition-penalty history; the time counts as sampling.
+    pub fn sample(&mut self, sampler: &mut Sampler) -> Result<u32, ModelError> {
+        if self.logits.is_empty() {
+            return Err(ModelError::NoLogits);
+        }
+        let started = Instant::now();
+        let token = sampler.sample(&self.logits, &self.tokens);
+        self.timings.sample_ns += elapsed_ns(started);
+        self.timings.samples += 1;
+        Ok(token)
+    }
+
+    /// `[vocab]` logits after the last token (empty before any forward or after truncate).
+    pub fn last_logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Roll back to the first `len` tokens (no-op if `len >= self.len()`). The logits of the
+    /// new last token are not kept, so feed at least one token before sampling again.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.tokens.len() {
+            self.rollback(len);
+        }
+    }
+
+    pub fn reset(&mut self) {
+        self.rollback(0);
+    }
+
+    pub fn timings(&self) -> &PhaseTimings {
+        &self.timings
+    }
+
+    pub fn reset_timings(&mut self) {
+        self.timings = PhaseTimings::default();
+    }
+
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    fn rollback(&mut self, len: usize) {
+        self.tokens.truncate(len);
+        self.cache.truncate(len);
+        self.logits.clear();
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
+        if tokens.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        let vocab_size = self.model.config().vocab_size;
+        if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, &t)| t as usize >= vocab_size) {
+            return Err(ModelError::TokenOutOfRange { token, index, vocab_size });
+        }
+        if self.tokens.len() + tokens.len() > self.max_context {
+            return Err(ModelError::ContextOverflow {
+                len: self.tokens.len(),
+                adding: tokens.len(),
+                max: self.max_context,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,479 @@
+//! End-to-end tests on tiny random Llama models written to temp dirs by the tests themselves.
+
+use crate::*;
+use half::{bf16, f16};
+use safetensors::{tensor::TensorView, Dtype};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const HIDDEN: usize = 32;
+const INTER: usize = 48;
+const LAYERS: usize = 2;
+const HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const HEAD_DIM: usize = 8;
+const VOCAB: usize = 61;
+const MAX_POS: usize = 256;
+
+/// A temp dir removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("spinkv-model-test-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Store {
+    F32,
+    F16,
+    Bf16,
+}
+
+fn random(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// name -> (shape, f32 values) for a tiny model; `untied` adds lm_head.weight.
+fn tiny_tensors(untied: bool) -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    let mut t = BTreeMap::new();
+    let mut seed = 1;
+    let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32| {
+        seed += 1;
+        let n = shape.iter().product();
+        let values = random(seed, n, scale).into_iter().map(|v| v + offset).collect();
+        t.insert(name, (shape, values));
+    };
+    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    add("model.embed_tokens.weight".into(), vec![VOCAB, HIDDEN], 1.0, 0.0);
+    for i in 0..LAYERS {
+        let p = format!("model.layers.{i}");
+        add(format!("{p}.input_layernorm.weight"), vec![HIDDEN], 0.2, 1.0);
+        add(format!("{p}.self_attn.q_proj.weight"), vec![q, HIDDEN], 0.3, 0.0);
+        add(format!("{p}.self_attn.k_proj.weight"), vec![kv, HIDDEN], 0.3, 0.0);
+        add(format!("{p}.self_attn.v_proj.weight"), vec![kv, HIDDEN], 0.3, 0.0);
+        add(format!("{p}.self_attn.o_proj.weight"), vec![HIDDEN, q], 0.2, 0.0);
+        add(format!("{p}.post_attention_layernorm.weight"), vec![HIDDEN], 0.2, 1.0);
+        add(format!("{p}.mlp.gate_proj.weight"), vec![INTER, HIDDEN], 0.3, 0.0);
+        add(format!("{p}.mlp.up_proj.weight"), vec![INTER, HIDDEN], 0.3, 0.0);
+        add(format!("{p}.mlp.down_proj.weight"), vec![HIDDEN, INTER], 0.2, 0.0);
+    }
+    add("model.norm.weight".into(), vec![HIDDEN], 0.2, 1.0);
+    if untied {
+        add("lm_head.weight".into(), vec![VOCAB, HIDDEN], 0.5, 0.0);
+    }
+    t
+}
+
+fn config_json(untied: bool) -> String {
+    format!(
+        r#"{{"architectures": ["LlamaForCausalLM"], "hidden_size": {HIDDEN}, "intermediate_size": {INTER},
+        "num_hidden_layers": {LAYERS}, "num_attention_heads": {HEADS}, "num_key_value_heads": {KV_HEADS},
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": {}, "vocab_size": {VOCAB},
+        "max_position_embeddings": {MAX_POS}, "torch_dtype": "float32", "hidden_act": "silu"}}"#,
+        !untied
+    )
+}
+
+fn encode(values: &[f32], store: Store) -> (Dtype, Vec<u8>) {
+    match store {
+        Store::F32 => (Dtype::F32, bytemuck::cast_slice(values).to_vec()),
+        Store::F16 => {
+            let v: Vec<f16> = values.iter().map(|&x| f16::from_f32(x)).collect();
+            (Dtype::F16, bytemuck::cast_slice(&v).to_vec())
+        }
+        Store::Bf16 => {
+            let v: Vec<bf16> = values.iter().map(|&x| bf16::from_f32(x)).collect();
+            (Dtype::BF16, bytemuck::cast_slice(&v).to_vec())
+        }
+    }
+}
+
+fn serialize(tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, store: Store) -> Vec<u8> {
+    let encoded: Vec<(String, Vec<usize>, Dtype, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, (shape, values))| {
+            let (dtype, bytes) = encode(values, store);
+            (name.clone(), shape.clone(), dtype, bytes)
+        })
+        .collect();
+    let views = encoded
+        .iter()
+        .map(|(name, shape, dtype, bytes)| (name.clone(), TensorView::new(*dtype, shape.clone(), bytes).unwrap()));
+    safetensors::serialize(views, None).unwrap()
+}
+
+fn write_model(dir: &Path, tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, store: Store, untied: bool) {
+    std::fs::write(dir.join("config.json"), config_json(untied)).unwrap();
+    std::fs::write(dir.join("model.safetensors"), serialize(tensors, store)).unwrap();
+}
+
+fn tiny_model(store: Store, untied: bool) -> (TempDir, std::sync::Arc<Model>) {
+    let dir = TempDir::new();
+    write_model(&dir.0, &tiny_tensors(untied), store, untied);
+    let model = Model::load(&dir.0).unwrap();
+    (dir, model)
+}
+
+fn prompt(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 17 + 3) % VOCAB as u32).collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Straightforward f64 Llama forward over the whole sequence (no cache), written from the
+/// architecture: the independent check of RoPE layout, GQA mapping, causal mask and MLP.
+fn reference_logits(tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, tokens: &[u32], untied: bool) -> Vec<f32> {
+    let get = |name: &str| -> Vec<f64> { tensors[name].1.iter().map(|&v| v as f64).collect() };
+    let matvec = |w: &[f64], x: &[f64]| -> Vec<f64> {
+        w.chunks_exact(x.len()).map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+    };
+    let norm = |x: &[f64], g: &[f64]| -> Vec<f64> {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+        let inv = 1.0 / (ms + 1e-5).sqrt();
+        x.iter().zip(g).map(|(v, g)| v * inv * g).collect()
+    };
+    let rope = |v: &mut [f64], pos: usize| {
+        let half = HEAD_DIM / 2;
+        for head in v.chunks_exact_mut(HEAD_DIM) {
+            for i in 0..half {
+                let angle = pos as f64 / 10000f64.powf(2.0 * i as f64 / HEAD_DIM as f64);
+                let (a, b) = (head[i], head[i + half]);
+                head[i] = a * angle.cos() - b * angle.sin();
+                head[i + half] = b * angle.cos() + a * angle.sin();
+            }
+        }
+    };
+    let embed = get("model.embed_tokens.weight");
+    let mut xs: Vec<Vec<f64>> =
+        tokens.iter().map(|&t| embed[t as usize * HIDDEN..(t as usize + 1) * HIDDEN].to_vec()).collect();
+    for l in 0..LAYERS {
+        let p = format!("model.layers.{l}");
+        let (wq, wk, wv, wo) = (
+            get(&format!("{p}.self_attn.q_proj.weight")),
+            get(&format!("{p}.self_attn.k_proj.weight")),
+            get(&format!("{p}.self_attn.v_proj.weight")),
+            get(&format!("{p}.self_attn.o_proj.weight")),
+        );
+        let normed: Vec<Vec<f64>> = xs.iter().map(|x| norm(x, &get(&format!("{p}.input_layernorm.weight")))).collect();
+        let mut qs: Vec<Vec<f64>> = normed.iter().map(|x| matvec(&wq, x)).collect();
+        let mut ks: Vec<Vec<f64>> = normed.iter().map(|x| matvec(&wk, x)).collect();
+        let vs: Vec<Vec<f64>> = normed.iter().map(|x| matvec(&wv, x)).collect();
+        for (pos, (q, k)) in qs.iter_mut().zip(ks.iter_mut()).enumerate() {
+            rope(q, pos);
+            rope(k, pos);
+        }
+        for t in 0..tokens.len() {
+            let mut attn = vec![0.0; HEADS * HEAD_DIM];
+            for h in 0..HEADS {
+                let kvh = h / (HEADS / KV_HEADS);
+                let q = &qs[t][h * HEAD_DIM..(h + 1) * HEAD_DIM];
+                let scores: Vec<f64> = (0..=t)
+                    .map(|s| {
+                        let k = &ks[s][kvh * HEAD_DIM..(kvh + 1) * HEAD_DIM];
+                        q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (HEAD_DIM as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = exps.iter().sum();
+                for (s, e) in exps.iter().enumerate() {
+                    for d in 0..HEAD_DIM {
+                        attn[h * HEAD_DIM + d] += e / total * vs[s][kvh * HEAD_DIM + d];
+                    }
+                }
+            }
+            let o = matvec(&wo, &attn);
+            xs[t].iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            let n = norm(&xs[t], &get(&format!("{p}.post_attention_layernorm.weight")));
+            let g = matvec(&get(&format!("{p}.mlp.gate_proj.weight")), &n);
+            let u = matvec(&get(&format!("{p}.mlp.up_proj.weight")), &n);
+            let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let d = matvec(&get(&format!("{p}.mlp.down_proj.weight")), &h);
+            xs[t].iter_mut().zip(&d).for_each(|(x, d)| *x += d);
+        }
+    }
+    let head = get(if untied { "lm_head.weight" } else { "model.embed_tokens.weight" });
+    xs.iter()
+        .flat_map(|x| matvec(&head, &norm(x, &get("model.norm.weight"))))
+        .map(|v| v as f32)
+        .collect()
+}
+
+#[test]
+fn matches_f64_reference_tied_and_untied() {
+    for untied in [false, true] {
+        let tensors = tiny_tensors(untied);
+        let dir = TempDir::new();
+        write_model(&dir.0, &tensors, Store::F32, untied);
+        let model = Model::load(&dir.0).unwrap();
+        let tokens = prompt(20);
+        let mut session = Session::new(model, KvConfig::fp16()).unwrap();
+        let logits = session.prefill(&tokens, true).unwrap().unwrap();
+        let expected = reference_logits(&tensors, &tokens, untied);
+        // The fp16 KV cache rounds K and V, so allow a little more than f32 noise.
+        let diff = max_abs_diff(&logits, &expected);
+        assert!(diff < 1e-2, "untied={untied}: max |Δlogit| = {diff}");
+    }
+}
+
+#[test]
+fn prefill_all_logits_equals_stepwise_decode() {
+    for store in [Store::F32, Store::F16, Store::Bf16] {
+        let (_dir, model) = tiny_model(store, false);
+        // Longer than one prefill chunk, so chunk boundaries are covered too.
+        let tokens = prompt(PREFILL_CHUNK + 9);
+        let mut batched = Session::new(model.clone(), KvConfig::fp16()).unwrap();
+        let all = batched.prefill(&tokens, true).unwrap().unwrap();
+        assert_eq!(all.len(), tokens.len() * VOCAB);
+        assert_eq!(batched.last_logits(), &all[all.len() - VOCAB..]);
+
+        let mut stepwise = Session::new(model, KvConfig::fp16()).unwrap();
+        stepwise.prefill(&tokens[..1], false).unwrap();
+        let mut worst = max_abs_diff(stepwise.last_logits(), &all[..VOCAB]);
+        for (t, &token) in tokens.iter().enumerate().skip(1) {
+            stepwise.decode(token).unwrap();
+            worst = worst.max(max_abs_diff(stepwise.last_logits(), &all[t * VOCAB..(t + 1) * VOCAB]));
+        }
+        assert!(worst < 1e-4, "max |Δlogit| prefill vs decode = {worst}");
+        assert_eq!(stepwise.tokens(), &tokens[..]);
+    }
+}
+
+#[test]
+fn multi_turn_prefill_continues_the_cache() {
+    let (_dir, model) = tiny_model(Store::F32, false);
+    let tokens = prompt(30);
+    let mut whole = Session::new(model.clone(), KvConfig::fp16()).unwrap();
+    whole.prefill(&tokens, false).unwrap();
+    let mut turns = Session::new(model, KvConfig::fp16()).unwrap();
+    turns.prefill(&tokens[..11], false).unwrap();
+    turns.prefill(&tokens[11..], false).unwrap();
+    assert!(max_abs_diff(whole.last_logits(), turns.last_logits()) < 1e-4);
+}
+
+#[test]
+fn truncate_and_redo_reproduces_logits() {
+    let (_dir, model) = tiny_model(Store::F16, true);
+    let tokens = prompt(40);
+    let mut session = Session::new(model, KvConfig::fp16()).unwrap();
+    session.prefill(&tokens, false).unwrap();
+    let before = session.last_logits().to_vec();
+    session.truncate(25);
+    assert_eq!(session.len(), 25);
+    assert!(session.last_logits().is_empty());
+    session.prefill(&tokens[25..], false).unwrap();
+    assert!(max_abs_diff(&before, session.last_logits()) < 1e-4);
+    session.reset();
+    assert_eq!(session.len(), 0);
+    assert_eq!(session.cache_stats().tokens, 0);
+}
+
+#[test]
+fn sharded_weights_load_like_a_single_file() {
+    let tensors = tiny_tensors(false);
+    let single = TempDir::new();
+    write_model(&single.0, &tensors, Store::F16, false);
+    let sharded = TempDir::new();
+    std::fs::write(sharded.0.join("config.json"), config_json(false)).unwrap();
+    let (first, second): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        tensors.clone().into_iter().partition(|(name, _)| name.contains("layers.0") || name.contains("embed"));
+    let mut weight_map = serde_json::Map::new();
+    for (file, part) in [("model-00001-of-00002.safetensors", &first), ("model-00002-of-00002.safetensors", &second)] {
+        std::fs::write(sharded.0.join(file), serialize(part, Store::F16)).unwrap();
+        for name in part.keys() {
+            weight_map.insert(name.clone(), file.into());
+        }
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    std::fs::write(sharded.0.join("model.safetensors.index.json"), index.to_string()).unwrap();
+
+    let tokens = prompt(12);
+    let logits = |dir: &Path| {
+        let mut s = Session::new(Model::load(dir).unwrap(), KvConfig::fp16()).unwrap();
+        s.prefill(&tokens, true).unwrap().unwrap()
+    };
+    assert_eq!(logits(&single.0), logits(&sharded.0));
+}
+
+fn load_err(dir: &Path) -> ModelError {
+    match Model::load(dir) {
+        Ok(_) => panic!("{} loaded but should not have", dir.display()),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn truncated_or_corrupted_safetensors_is_an_error() {
+    let dir = TempDir::new();
+    let bytes = serialize(&tiny_tensors(false), Store::F16);
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    for broken in [
+        bytes[..bytes.len() - 100].to_vec(), // truncated data
+        bytes[..5].to_vec(),                 // truncated length prefix
+        {
+            let mut b = bytes.clone(); // header length pointing past the end
+            b[..8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+            b
+        },
+        {
+            let mut b = bytes.clone(); // garbage in the JSON header
+            b[10] = b'#';
+            b[11] = 0xFF;
+            b
+        },
+        Vec::new(),
+    ] {
+        std::fs::write(dir.0.join("model.safetensors"), &broken).unwrap();
+        let err = load_err(&dir.0);
+        assert!(matches!(err, ModelError::Safetensors { .. }), "{err}");
+        assert!(err.to_string().contains("model.safetensors"), "{err}");
+    }
+}
+
+#[test]
+fn missing_tensor_wrong_shape_and_dtype_are_named() {
+    let dir = TempDir::new();
+    let mut tensors = tiny_tensors(false);
+    tensors.remove("model.layers.1.mlp.up_proj.weight");
+    write_model(&dir.0, &tensors, Store::F32, false);
+    let err = load_err(&dir.0);
+    assert!(
+        matches!(&err, ModelError::MissingTensor { name } if name == "model.layers.1.mlp.up_proj.weight"),
+        "{err}"
+    );
+
+    // vocab/embedding mismatch: config says 61 tokens, embedding has 60 rows.
+    let mut tensors = tiny_tensors(false);
+    let embed = tensors.get_mut("model.embed_tokens.weight").unwrap();
+    embed.0 = vec![VOCAB - 1, HIDDEN];
+    embed.1.truncate((VOCAB - 1) * HIDDEN);
+    write_model(&dir.0, &tensors, Store::F32, false);
+    let err = load_err(&dir.0);
+    assert!(matches!(&err, ModelError::ShapeMismatch { name, .. } if name == "model.embed_tokens.weight"), "{err}");
+
+    // Untied config without lm_head.weight.
+    write_model(&dir.0, &tiny_tensors(false), Store::F32, false);
+    std::fs::write(dir.0.join("config.json"), config_json(true)).unwrap();
+    assert!(matches!(load_err(&dir.0), ModelError::MissingTensor { name } if name == "lm_head.weight"));
+
+    // Integer weights.
+    let tensors = tiny_tensors(false);
+    let views: Vec<(String, Vec<usize>, Dtype, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, (s, v))| {
+            let (dtype, bytes) = if n == "model.norm.weight" {
+                (Dtype::I32, v.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect())
+            } else {
+                encode(v, Store::F32)
+            };
+            (n.clone(), s.clone(), dtype, bytes)
+        })
+        .collect();
+    let bytes = safetensors::serialize(
+        views.iter().map(|(n, s, d, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())),
+        None,
+    )
+    .unwrap();
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    std::fs::write(dir.0.join("model.safetensors"), bytes).unwrap();
+    assert!(matches!(load_err(&dir.0), ModelError::UnsupportedDtype { .. }));
+}
+
+#[test]
+fn missing_dir_weights_and_bad_architecture() {
+    let dir = TempDir::new();
+    assert!(matches!(load_err(&dir.0.join("nope")), ModelError::MissingDir(_)));
+    assert!(matches!(load_err(&dir.0), ModelError::Io { .. }));
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    assert!(matches!(load_err(&dir.0), ModelError::NoWeights(_)));
+    std::fs::write(dir.0.join("config.json"), config_json(false).replace("LlamaForCausalLM", "BertModel")).unwrap();
+    let err = load_err(&dir.0);
+    assert!(matches!(err, ModelError::UnsupportedArchitecture(_)));
+    assert!(err.to_string().contains("BertModel"));
+}
+
+#[test]
+fn context_and_token_errors_leave_the_session_untouched() {
+    let (_dir, model) = tiny_model(Store::F32, false);
+    let kv = KvConfig { max_tokens: 16, ..KvConfig::fp16() };
+    let mut session = Session::new(model, kv).unwrap();
+    assert_eq!(session.max_context(), 16);
+    session.prefill(&prompt(10), false).unwrap();
+    let logits = session.last_logits().to_vec();
+    let err = session.prefill(&prompt(7), false).unwrap_err();
+    assert!(matches!(err, ModelError::ContextOverflow { len: 10, adding: 7, max: 16 }), "{err}");
+    let err = session.decode(VOCAB as u32).unwrap_err();
+    assert!(matches!(err, ModelError::TokenOutOfRange { .. }), "{err}");
+    assert!(matches!(session.prefill(&[], false), Err(ModelError::EmptyPrompt)));
+    assert_eq!(session.len(), 10);
+    assert_eq!(session.last_logits(), &logits[..]);
+    session.prefill(&prompt(6), false).unwrap();
+    assert_eq!(session.len(), 16);
+    assert!(session.decode(1).is_err());
+}
+
+#[test]
+fn session_sampling_is_seeded_and_timed() {
+    let (_dir, model) = tiny_model(Store::F16, false);
+    let run = || {
+        let mut session = Session::new(model.clone(), KvConfig::fp16()).unwrap();
+        let params = SamplerParams { temperature: 0.8, top_p: 0.95, seed: Some(7), ..Default::default() };
+        let mut sampler = Sampler::new(params).unwrap();
+        assert!(matches!(session.sample(&mut sampler), Err(ModelError::NoLogits)));
+        session.prefill(&prompt(5), false).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            let t = session.sample(&mut sampler).unwrap();
+            session.decode(t).unwrap();
+            out.push(t);
+        }
+        let timings = session.timings().clone();
+        assert_eq!((timings.prefill_tokens, timings.decode_tokens, timings.samples), (5, 10, 10));
+        assert!(timings.prefill_ns > 0 && timings.decode_ns > 0 && timings.matmul_ns > 0);
+        assert!(timings.attention_ns + timings.matmul_ns + timings.other_ns <= timings.prefill_ns + timings.decode_ns);
+        session.reset_timings();
+        assert_eq!(session.timings(), &PhaseTimings::default());
+        out
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn single_thread_pool_gives_the_same_logits() {
+    let (_dir, model) = tiny_model(Store::Bf16, false);
+    let tokens = prompt(9);
+    let logits = || {
+        let mut s = Session::new(model.clone(), KvConfig::fp16()).unwrap();
+        s.prefill(&tokens, true).unwrap().unwrap()
+    };
+    let default = logits();
+    set_threads(1);
+    let one = logits();
+    set_threads(0);
+    assert_eq!(default, one);
+}

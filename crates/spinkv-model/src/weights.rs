@@ -1,0 +1,313 @@
+//! Memory-mapped safetensors weights, validated against the config before any forward.
+//!
+//! Large matrices stay in the mmap in their stored dtype (f16/bf16/f32); kernels widen them in
+//! registers. Only the small 1-D norm weights are converted to owned f32.
+
+use crate::config::LlamaConfig;
+use crate::error::ModelError;
+use half::{bf16, f16};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use spinkv_kernels::{WeightDtype, WeightRef};
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+const SINGLE_FILE: &str = "model.safetensors";
+const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// A 2-D weight matrix `[rows, cols]` inside one of the mapped files.
+#[derive(Clone, Debug)]
+pub(crate) struct Matrix {
+    pub rows: usize,
+    pub cols: usize,
+    dtype: WeightDtype,
+    storage: Storage,
+}
+
+#[derive(Clone, Debug)]
+enum Storage {
+    /// Byte range inside `Weights::shards[shard]`, aligned for `dtype` (checked at load).
+    Mapped { shard: usize, start: usize, end: usize },
+    /// Fallback for a tensor whose offset is not aligned for its dtype (legal in safetensors,
+    /// never produced by the usual writers): copied once into aligned memory.
+    Owned(OwnedData),
+}
+
+#[derive(Clone, Debug)]
+enum OwnedData {
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+    F32(Vec<f32>),
+}
+
+pub(crate) struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub q_proj: Matrix,
+    pub k_proj: Matrix,
+    pub v_proj: Matrix,
+    pub o_proj: Matrix,
+    pub mlp_norm: Vec<f32>,
+    pub gate_proj: Matrix,
+    pub up_proj: Matrix,
+    pub down_proj: Matrix,
+}
+
+pub(crate) struct Weights {
+    shards: Vec<Mmap>,
+    pub embed_tokens: Matrix,
+    pub layers: Vec<LayerWeights>,
+    pub final_norm: Vec<f32>,
+    /// `None` when tied to `embed_tokens`.
+    lm_head: Option<Matrix>,
+    /// Bytes of all mapped files.
+    pub file_bytes: u64,
+    pub dtype: WeightDtype,
+}
+
+impl Weights {
+    pub fn view<'a>(&'a self, m: &'a Matrix) -> WeightRef<'a> {
+        match &m.storage {
+            Storage::Owned(OwnedData::F16(v)) => WeightRef::F16(v),
+            Storage::Owned(OwnedData::Bf16(v)) => WeightRef::Bf16(v),
+            Storage::Owned(OwnedData::F32(v)) => WeightRef::F32(v),
+            Storage::Mapped { shard, start, end } => {
+                let bytes = &self.shards[*shard][*start..*end];
+                // Alignment and length were verified when the Matrix was built, so these casts
+                // cannot fail; the fallback keeps that an invariant rather than a panic site.
+                let cast_failed = "weight alignment verified at load";
+                match m.dtype {
+                    WeightDtype::F16 => WeightRef::F16(bytemuck::try_cast_slice(bytes).expect(cast_failed)),
+                    WeightDtype::Bf16 => WeightRef::Bf16(bytemuck::try_cast_slice(bytes).expect(cast_failed)),
+                    WeightDtype::F32 => WeightRef::F32(bytemuck::try_cast_slice(bytes).expect(cast_failed)),
+                }
+            }
+        }
+    }
+
+    pub fn lm_head(&self) -> &Matrix {
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
+    }
+
+    pub fn load(dir: &Path, config: &LlamaConfig) -> Result<Weights, ModelError> {
+        let files = weight_files(dir)?;
+        let mut shards = Vec::with_capacity(files.len());
+        let mut index: HashMap<String, TensorLocation> = HashMap::new();
+        let mut file_bytes = 0;
+        for (shard, path) in files.iter().enumerate() {
+            let file = File::open(path).map_err(|source| ModelError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            // SAFETY: the mapping is read-only and lives as long as `Weights`. Like every
+            // mmap-based loader we rely on the model files not being truncated or rewritten
+            // while loaded; that is the one assumption Rust cannot check here.
+            let map = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            file_bytes += map.len() as u64;
+            let corrupt = |reason: String| ModelError::Safetensors {
+                path: path.clone(),
+                reason,
+            };
+            let (header_len, metadata) =
+                SafeTensors::read_metadata(&map).map_err(|e| corrupt(format!("{e:?}")))?;
+            let data_start = 8 + header_len;
+            for (name, info) in metadata.tensors() {
+                let (begin, end) = info.data_offsets;
+                let start = data_start.checked_add(begin).ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
+                let stop = data_start.checked_add(end).ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
+                if stop > map.len() || start > stop {
+                    return Err(corrupt(format!("tensor {name} lies outside the file")));
+                }
+                index.insert(
+                    name,
+                    TensorLocation {
+                        shard,
+                        start,
+                        end: stop,
+                        dtype: info.dtype,
+                        shape: info.shape.clone(),
+                    },
+                );
+            }
+            shards.push(map);
+        }
+
+        let loader = Loader {
+            shards: &shards,
+            files: &files,
+            index: &index,
+        };
+        let (h, m, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
+        let (q, kv) = (config.q_width(), config.kv_width());
+        let embed_tokens = loader.matrix("model.embed_tokens.weight", v, h)?;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for i in 0..config.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            layers.push(LayerWeights {
+                attn_norm: loader.vector(&format!("{p}.input_layernorm.weight"), h)?,
+                q_proj: loader.matrix(&format!("{p}.self_attn.q_proj.weight"), q, h)?,
+                k_proj: loader.matrix(&format!("{p}.self_attn.k_proj.weight"), kv, h)?,
+                v_proj: loader.matrix(&format!("{p}.self_attn.v_proj.weight"), kv, h)?,
+                o_proj: loader.matrix(&format!("{p}.self_attn.o_proj.weight"), h, q)?,
+                mlp_norm: loader.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+                gate_proj: loader.matrix(&format!("{p}.mlp.gate_proj.weight"), m, h)?,
+                up_proj: loader.matrix(&format!("{p}.mlp.up_proj.weight"), m, h)?,
+                down_proj: loader.matrix(&format!("{p}.mlp.down_proj.weight"), h, m)?,
+            });
+        }
+        let final_norm = loader.vector("model.norm.weight", h)?;
+        let lm_head = if config.tie_word_embeddings {
+            None
+        } else {
+            Some(loader.matrix("lm_head.weight", v, h)?)
+        };
+        let dtype = embed_tokens.dtype;
+        Ok(Weights {
+            shards,
+            embed_tokens,
+            layers,
+            final_norm,
+            lm_head,
+            file_bytes,
+            dtype,
+        })
+    }
+}
+
+struct TensorLocation {
+    shard: usize,
+    start: usize,
+    end: usize,
+    dtype: Dtype,
+    shape: Vec<usize>,
+}
+
+struct Loader<'a> {
+    shards: &'a [Mmap],
+    files: &'a [PathBuf],
+    index: &'a HashMap<String, TensorLocation>,
+}
+
+impl Loader<'_> {
+    fn locate(&self, name: &str, expected: &[usize]) -> Result<(&TensorLocation, WeightDtype), ModelError> {
+        let loc = self.index.get(name).ok_or_else(|| ModelError::MissingTensor {
+            name: name.to_string(),
+        })?;
+        let file = file_name(&self.files[loc.shard]);
+        let dtype = match loc.dtype {
+            Dtype::F16 => WeightDtype::F16,
+            Dtype::BF16 => WeightDtype::Bf16,
+            Dtype::F32 => WeightDtype::F32,
+            other => {
+                return Err(ModelError::UnsupportedDtype {
+                    name: name.to_string(),
+                    file,
+                    dtype: format!("{other:?}"),
+                })
+            }
+        };
+        if loc.shape != expected {
+            return Err(ModelError::ShapeMismatch {
+                name: name.to_string(),
+                file,
+                expected: expected.to_vec(),
+                got: loc.shape.clone(),
+            });
+        }
+        let elements: usize = expected.iter().product();
+        if loc.end - loc.start != elements * dtype.size_bytes() {
+            return Err(ModelError::Safetensors {
+                path: self.files[loc.shard].clone(),
+                reason: format!("tensor {name} has {} bytes for shape {expected:?}", loc.end - loc.start),
+            });
+        }
+        Ok((loc, dtype))
+    }
+
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
+        let (loc, dtype) = self.locate(name, &[rows, cols])?;
+        let bytes = &self.shards[loc.shard][loc.start..loc.end];
+        let aligned = (bytes.as_ptr() as usize) % dtype.size_bytes() == 0;
+        let storage = if aligned {
+            Storage::Mapped {
+                shard: loc.shard,
+                start: loc.start,
+                end: loc.end,
+            }
+        } else {
+            Storage::Owned(match dtype {
+                WeightDtype::F16 => OwnedData::F16(bytemuck::pod_collect_to_vec(bytes)),
+                WeightDtype::Bf16 => OwnedData::Bf16(bytemuck::pod_collect_to_vec(bytes)),
+                WeightDtype::F32 => OwnedData::F32(bytemuck::pod_collect_to_vec(bytes)),
+            })
+        };
+        Ok(Matrix {
+            rows,
+            cols,
+            dtype,
+            storage,
+        })
+    }
+
+    /// A 1-D weight (norm gains), widened to f32.
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let (loc, dtype) = self.locate(name, &[len])?;
+        let bytes = &self.shards[loc.shard][loc.start..loc.end];
+        Ok(match dtype {
+            WeightDtype::F16 => bytemuck::pod_collect_to_vec::<u8, f16>(bytes).iter().map(|v| v.to_f32()).collect(),
+            WeightDtype::Bf16 => bytemuck::pod_collect_to_vec::<u8, bf16>(bytes).iter().map(|v| v.to_f32()).collect(),
+            WeightDtype::F32 => bytemuck::pod_collect_to_vec::<u8, f32>(bytes),
+        })
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// model.safetensors, or the shards named by model.safetensors.index.json (in sorted order).
+fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+    let single = dir.join(SINGLE_FILE);
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let index_path = dir.join(INDEX_FILE);
+    if !index_path.is_file() {
+        return Err(ModelError::NoWeights(dir.to_path_buf()));
+    }
+    let bad = |reason: String| ModelError::Index {
+        path: index_path.clone(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&index_path).map_err(|source| ModelError::Io {
+        path: index_path.clone(),
+        source,
+    })?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| bad("no weight_map object".into()))?;
+    let mut shard_names = BTreeSet::new();
+    for (tensor, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| bad(format!("weight_map[{tensor:?}] is not a file name")))?;
+        // Shards must sit beside the index: no path components.
+        if file.contains('/') || file.contains('\\') || file == ".." {
+            return Err(bad(format!("shard name {file:?} is not a plain file name")));
+        }
+        shard_names.insert(file.to_string());
+    }
+    if shard_names.is_empty() {
+        return Err(bad("weight_map is empty".into()));
+    }
+    let files: Vec<PathBuf> = shard_names.into_iter().map(|f| dir.join(f)).collect();
+    if let Some(missing) = files.iter().find(|f| !f.is_file()) {
+        return Err(bad(format!("shard {} is missing", missing.display())));
+    }
+    Ok(files)
+}

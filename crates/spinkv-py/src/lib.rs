@@ -1,0 +1,23 @@
+//! `spinkv._native`: the PyO3 binding. It converts arguments, releases the GIL around every
+//! long computation, and maps errors to Python exceptions in one place (`errors`). No logic of
+//! its own lives here.
+
+mod errors;
+mod kv_options;
+mod model;
+mod runtime;
+mod sampler;
+mod session;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    runtime::register(m)?;
+    m.add_class::<model::PyModel>()?;
+    m.add_class::<session::PySession>()?;
+    m.add_class::<sampler::PySampler>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

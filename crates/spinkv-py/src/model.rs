@@ -1,0 +1,74 @@
+//! `Model`: loaded weights, shared by every session made from it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use spinkv_model::{Model, Session};
+
+use crate::errors::{guarded, model_error};
+use crate::kv_options::kv_config_from_dict;
+use crate::session::PySession;
+
+#[pyclass(name = "Model", module = "spinkv._native", frozen)]
+pub struct PyModel {
+    pub(crate) inner: Arc<Model>,
+}
+
+#[pymethods]
+impl PyModel {
+    /// Memory-maps an HF-layout model directory (config.json + safetensors) and validates it.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyModel> {
+        let inner = py.detach(|| guarded(|| Model::load(&path).map_err(model_error)))?;
+        Ok(PyModel { inner })
+    }
+
+    /// Architecture figures as a dict (see docs/ARCHITECTURE.md for the keys).
+    #[getter]
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.inner.config();
+        let d = PyDict::new(py);
+        d.set_item("n_layers", c.num_hidden_layers)?;
+        d.set_item("hidden_size", c.hidden_size)?;
+        d.set_item("intermediate_size", c.intermediate_size)?;
+        d.set_item("n_heads", c.num_attention_heads)?;
+        d.set_item("n_kv_heads", c.num_key_value_heads)?;
+        d.set_item("head_dim", c.head_dim)?;
+        d.set_item("vocab_size", c.vocab_size)?;
+        d.set_item("max_context", c.max_position_embeddings)?;
+        d.set_item("rope_theta", c.rope_theta)?;
+        d.set_item("tie_word_embeddings", c.tie_word_embeddings)?;
+        d.set_item("dtype", self.inner.dtype().name())?;
+        d.set_item("n_params", c.n_params())?;
+        d.set_item("file_bytes", self.inner.file_bytes())?;
+        d.set_item("kv_bytes_per_token_fp16", c.kv_bytes_per_token_fp16())?;
+        d.set_item("bos_token_id", c.bos_token_id)?;
+        d.set_item("eos_token_ids", c.eos_token_ids.clone())?;
+        d.set_item("architecture", c.architecture.clone())?;
+        Ok(d)
+    }
+
+    /// A fresh conversation state with its own KV cache. `kv` selects the cache policy.
+    #[pyo3(signature = (kv=None))]
+    fn session(&self, kv: Option<&Bound<'_, PyDict>>) -> PyResult<PySession> {
+        let context = self.inner.config().max_position_embeddings;
+        let config = kv_config_from_dict(kv, context)?;
+        let model = Arc::clone(&self.inner);
+        let inner = guarded(|| Session::new(model, config).map_err(model_error))?;
+        Ok(PySession { inner })
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.inner.config();
+        format!(
+            "Model(layers={}, hidden={}, heads={}/{}, vocab={})",
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.vocab_size
+        )
+    }
+}

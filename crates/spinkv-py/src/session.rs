@@ -1,0 +1,154 @@
+//! `Session`: one conversation's token history and KV cache.
+
+use numpy::{PyArray1, PyArray2, PyArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use spinkv_kv::{CacheStats, LayerStats};
+use spinkv_model::Session;
+
+use crate::errors::{guarded, invalid_input, model_error};
+use crate::sampler::PySampler;
+
+#[pyclass(name = "Session", module = "spinkv._native")]
+pub struct PySession {
+    pub(crate) inner: Session,
+}
+
+fn token_ids(tokens: Vec<i64>) -> PyResult<Vec<u32>> {
+    tokens
+        .into_iter()
+        .map(|t| u32::try_from(t).map_err(|_| invalid_input(format!("invalid token id {t}"))))
+        .collect()
+}
+
+#[pymethods]
+impl PySession {
+    /// Appends `tokens` to the cache (batched). Returns [T, vocab] logits if `all_logits`.
+    #[pyo3(signature = (tokens, all_logits=false))]
+    fn prefill<'py>(
+        &mut self,
+        py: Python<'py>,
+        tokens: Vec<i64>,
+        all_logits: bool,
+    ) -> PyResult<Option<Bound<'py, PyArray2<f32>>>> {
+        let tokens = token_ids(tokens)?;
+        let n = tokens.len();
+        let session = &mut self.inner;
+        let logits = py.detach(|| {
+            guarded(|| session.prefill(&tokens, all_logits).map_err(model_error))
+        })?;
+        match logits {
+            None => Ok(None),
+            Some(flat) => {
+                let vocab = if n == 0 { 0 } else { flat.len() / n };
+                let array = PyArray1::from_vec(py, flat).reshape([n, vocab])?;
+                Ok(Some(array))
+            }
+        }
+    }
+
+    /// Appends one token (decode step) and computes its logits.
+    fn decode(&mut self, py: Python<'_>, token: i64) -> PyResult<()> {
+        let token = token_ids(vec![token])?[0];
+        let session = &mut self.inner;
+        py.detach(|| guarded(|| session.decode(token).map_err(model_error)))
+    }
+
+    /// Logits after the last token, [vocab] f32.
+    fn logits<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f32>> {
+        PyArray1::from_slice(py, self.inner.last_logits())
+    }
+
+    /// Samples the next token from the last logits; the session's tokens are the history.
+    fn sample(&mut self, sampler: &mut PySampler) -> PyResult<u32> {
+        let session = &mut self.inner;
+        guarded(|| session.sample(&mut sampler.inner).map_err(model_error))
+    }
+
+    #[getter]
+    fn tokens(&self) -> Vec<u32> {
+        self.inner.tokens().to_vec()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Drops every token at position >= n (cache included).
+    fn truncate(&mut self, n: usize) -> PyResult<()> {
+        let session = &mut self.inner;
+        guarded(|| {
+            session.truncate(n);
+            Ok(())
+        })
+    }
+
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    /// Accumulated phase timings in milliseconds (and token counts).
+    fn timings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let t = self.inner.timings();
+        let d = PyDict::new(py);
+        d.set_item("prefill_tokens", t.prefill_tokens)?;
+        let ms = |ns: u64| ns as f64 / 1e6;
+        d.set_item("prefill_ms", ms(t.prefill_ns))?;
+        d.set_item("decode_tokens", t.decode_tokens)?;
+        d.set_item("decode_ms", ms(t.decode_ns))?;
+        d.set_item("samples", t.samples)?;
+        d.set_item("sample_ms", ms(t.sample_ns))?;
+        d.set_item("attention_ms", ms(t.attention_ns))?;
+        d.set_item("matmul_ms", ms(t.matmul_ns))?;
+        d.set_item("other_ms", ms(t.other_ns))?;
+        Ok(d)
+    }
+
+    fn reset_timings(&mut self) {
+        self.inner.reset_timings();
+    }
+
+    /// KV cache accounting from the pages actually allocated: per layer and total.
+    fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.inner.cache_stats())
+    }
+}
+
+fn layer_dict<'py>(py: Python<'py>, s: &LayerStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("tokens", s.tokens)?;
+    d.set_item("compressed_tokens", s.compressed_tokens)?;
+    d.set_item("fp16_tokens", s.fp16_tokens)?;
+    d.set_item("pages_used", s.pages_used)?;
+    d.set_item("k_payload_bytes", s.k_payload_bytes)?;
+    d.set_item("v_payload_bytes", s.v_payload_bytes)?;
+    d.set_item("norm_bytes", s.norm_bytes)?;
+    d.set_item("header_bytes", s.header_bytes)?;
+    d.set_item("padding_bytes", s.padding_bytes)?;
+    d.set_item("window_bytes", s.window_bytes)?;
+    d.set_item("allocated_bytes", s.allocated_bytes)?;
+    d.set_item("bits_per_channel", s.bits_per_channel)?;
+    d.set_item("compression_vs_fp16", s.compression_vs_fp16)?;
+    Ok(d)
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("codec", s.codec.name())?;
+    d.set_item("tokens", s.tokens)?;
+    d.set_item("pages_allocated", s.pages_allocated)?;
+    d.set_item("pages_free", s.pages_free)?;
+    d.set_item("pool_bytes", s.pool_bytes)?;
+    d.set_item("fp16_page_bytes", s.fp16_page_bytes)?;
+    d.set_item("sealed_page_bytes", s.sealed_page_bytes)?;
+    d.set_item("scratch_bytes", s.scratch_bytes)?;
+    d.set_item("fp16_equivalent_bytes", s.fp16_equivalent_bytes)?;
+    d.set_item("total", layer_dict(py, &s.total)?)?;
+    let layers = s
+        .layers
+        .iter()
+        .map(|l| layer_dict(py, l))
+        .collect::<PyResult<Vec<_>>>()?;
+    d.set_item("layers", layers)?;
+    Ok(d)
+}

