@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,6 +11,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+# The numpy reference runs small matrix products: one BLAS thread is as fast, and several
+# threads thrash when the machine's 2 cores are busy (e.g. with the Rust runtime's own pool).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent

@@ -144,9 +144,13 @@ class KVCache:
 
 
 class Llama:
-    def __init__(self, model_dir: Path, dtype: Any = np.float64) -> None:
+    """kv_dtype=np.float16 rounds keys (after RoPE) and values to float16 as a runtime with an
+    fp16 KV cache stores them; None keeps them exact."""
+
+    def __init__(self, model_dir: Path, dtype: Any = np.float64, kv_dtype: Any = None) -> None:
         self.cfg = load_config(model_dir)
         self.dtype = np.dtype(dtype)
+        self.kv_dtype = None if kv_dtype is None else np.dtype(kv_dtype)
         self.w = {k: v.astype(self.dtype) for k, v in load_weights(model_dir).items()}
         if self.cfg.tied or "lm_head.weight" not in self.w:
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
@@ -154,6 +158,10 @@ class Llama:
 
     def layer(self, i: int, name: str) -> np.ndarray:
         return self.w[f"model.layers.{i}.{name}.weight"]
+
+    def kv_round(self, x: np.ndarray) -> np.ndarray:
+        """x as the KV cache stores it."""
+        return x if self.kv_dtype is None else x.astype(self.kv_dtype).astype(self.dtype)
 
     # --- whole sequence at once ------------------------------------------------------------
 
@@ -175,7 +183,8 @@ class Llama:
             k = (n @ self.layer(i, "self_attn.k_proj").T).reshape(T, c.n_kv_heads, c.head_dim)
             v = (n @ self.layer(i, "self_attn.v_proj").T).reshape(T, c.n_kv_heads, c.head_dim)
             q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            k = self.kv_round(k * cos + rotate_half(k) * sin)
+            v = self.kv_round(v)
             k = np.repeat(k, group, axis=1)  # [T, n_heads, head_dim]: GQA
             v = np.repeat(v, group, axis=1)
             scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(c.head_dim)
@@ -218,8 +227,8 @@ class Llama:
             q = (self.layer(i, "self_attn.q_proj") @ n).reshape(c.n_heads, c.head_dim)
             k = (self.layer(i, "self_attn.k_proj") @ n).reshape(c.n_kv_heads, c.head_dim)
             v = (self.layer(i, "self_attn.v_proj") @ n).reshape(c.n_kv_heads, c.head_dim)
-            cache.keys[i].append(self.rope_one(k, pos))
-            cache.values[i].append(v)
+            cache.keys[i].append(self.kv_round(self.rope_one(k, pos)))
+            cache.values[i].append(self.kv_round(v))
             keys = np.stack(cache.keys[i])  # [pos+1, n_kv_heads, head_dim]
             values = np.stack(cache.values[i])
 

@@ -295,3 +295,92 @@ def _bytes_to_unicode() -> dict[int, str]:
             chars.append(256 + extra)
             extra += 1
     return {b: chr(c) for b, c in zip(printable, chars)}
+
+
+# --------------------------------------------------------------------------------------------
+# tokenizer helpers and chat templates (as the import writes them)
+
+
+def test_stream_decoder_holds_partial_characters(tiny_model_dir: Path) -> None:
+    tok = load_tokenizer(tiny_model_dir)
+    text = "Hi 🦙 and 日本! <|im_end|> done é"
+    ids = tok.encode(text)
+    stream = tok.stream()
+    pieces = [stream.push(i) for i in ids]
+    pieces.append(stream.flush())
+    assert "".join(pieces) == tok.decode(ids) == stream.text
+    assert "🦙" in pieces and "\ufffd" not in "".join(pieces)  # the emoji came out whole
+    assert "<|im_end|>" not in stream.text
+    raw = tok.stream(skip_special_tokens=False)
+    assert "".join(raw.push(i) for i in ids) + raw.flush() == text
+    cut = tok.stream()
+    emoji_start = ids.index(tok.encode(" 🦙")[0]) + 1
+    assert "".join(cut.push(i) for i in ids[: emoji_start + 1]) == "Hi "
+    assert cut.flush() == "\ufffd"  # an unfinished character, flushed at the end
+
+
+def test_tokenizer_vocab_mismatch(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model_dir, tmp_path / "m"))
+    config = json.loads((model / "config.json").read_text())
+    config["vocab_size"] = 200
+    (model / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelFormatError, match="vocab_size is 200"):
+        load_tokenizer(model)
+
+
+def _template_dir(tmp_path: Path, template: object, **tokens: str) -> Path:
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": template, **tokens})
+    )
+    return tmp_path
+
+
+def test_chat_template_features(tmp_path: Path) -> None:
+    from spinkv.chat_template import TemplateError, load_chat_template
+
+    source = (
+        "{{ bos_token }}{% for m in messages %}\n"
+        "  {% if m['role'] == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}\n"
+        "[{{ m['role'] }}] {{ m['content'] }}{{ eos_token }}\n"
+        "{% endfor %}\n"
+        "{% if add_generation_prompt %}[assistant] {% endif %}"
+    )
+    template = load_chat_template(
+        _template_dir(tmp_path, source, bos_token="<s>", eos_token="</s>")
+    )
+    assert template is not None
+    messages = [{"role": "user", "content": "hi"}]
+    # trim_blocks / lstrip_blocks: block tags leave no blank lines or indentation behind
+    assert template.render(messages) == "<s>[user] hi</s>\n[assistant] "
+    assert template.render(messages, add_generation_prompt=False) == "<s>[user] hi</s>\n"
+    with pytest.raises(TemplateError, match="no tools here"):
+        template.render([{"role": "tool", "content": "x"}])
+
+
+def test_chat_template_sources(tmp_path: Path) -> None:
+    from spinkv.chat_template import load_chat_template
+
+    named = [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]
+    (tmp_path / "a").mkdir()
+    template = load_chat_template(_template_dir(tmp_path / "a", named))
+    assert template is not None and template.render([]) == "D"
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "chat_template.jinja").write_text("J{{ messages|length }}")
+    template = load_chat_template(tmp_path / "b")
+    assert template is not None and template.origin == "chat_template.jinja"
+    assert template.render([{"role": "user", "content": "x"}]) == "J1"
+    (tmp_path / "c").mkdir()
+    assert load_chat_template(tmp_path / "c", fallback=False) is None
+    chatml = load_chat_template(tmp_path / "c")
+    assert chatml is not None and chatml.origin == "chatml-default"
+    expected = "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+    assert chatml.render([{"role": "user", "content": "x"}]) == expected
+
+
+def test_bad_chat_template(tmp_path: Path) -> None:
+    from spinkv.chat_template import load_chat_template
+
+    with pytest.raises(ModelFormatError, match="does not compile"):
+        load_chat_template(_template_dir(tmp_path, "{% for %}"))

@@ -113,26 +113,37 @@ def native_logits(native: ModuleType, model_dir: Path, tokens: list[int]) -> dic
 def test_native_matches_reference_tiny(
     native: ModuleType, make_tiny: Callable[..., Path], overrides: dict[str, Any]
 ) -> None:
+    """Max abs logit difference < 1e-2 against the exact reference; the runtime's fp16 KV cache
+    is most of it, so against a reference that rounds K/V to fp16 it is < 1e-4."""
     model_dir = make_tiny(**overrides)
     tokens = load_tokenizer(model_dir).encode(PROMPT)
-    expected = Llama(model_dir).forward(tokens)
+    exact = Llama(model_dir).forward(tokens)
+    fp16_kv = Llama(model_dir, kv_dtype=np.float16).forward(tokens)
     for kind, logits in native_logits(native, model_dir, tokens).items():
-        diff = float(np.abs(logits - expected).max())
-        print(f"tiny {overrides or 'untied'} {kind}: max abs logit diff {diff:.2e}")
-        assert logits.shape == expected.shape
+        assert logits.shape == exact.shape
+        diff = float(np.abs(logits - exact).max())
+        diff16 = float(np.abs(logits - fp16_kv).max())
+        print(f"tiny {kind}: max abs logit diff {diff:.2e} (vs fp16-KV reference {diff16:.2e})")
         assert diff < 1e-2, kind
+        assert diff16 < 1e-4, kind
 
 
 def test_native_matches_reference_smollm2(native: ModuleType, default_model_dir: Path) -> None:
-    """First 8 tokens of the chat prompt; the difference is reported (-s) and bounded loosely:
-    both read the same f16 weights, the reference computes in float64."""
+    """First 8 tokens of the chat prompt; the difference is reported (pytest -s). Both read the
+    same f16 weights; float32 arithmetic alone moves these logits by ~1e-2 (the reference in
+    float32 vs float64), so the bound is loose."""
     tokenizer = load_tokenizer(default_model_dir)
     template = load_chat_template(default_model_dir)
     assert template is not None
     tokens = tokenizer.encode(template.render(QUESTION))[:8]
-    expected = Llama(default_model_dir, np.float64).forward(tokens)
+    reference = Llama(default_model_dir, np.float64)
+    exact = reference.forward(tokens)
+    reference.kv_dtype = np.dtype(np.float16)
+    fp16_kv = reference.forward(tokens)
     for kind, logits in native_logits(native, default_model_dir, tokens).items():
-        diff = float(np.abs(logits - expected).max())
-        print(f"SmolLM2 first 8 tokens {kind}: max abs logit diff {diff:.2e}")
+        diff = float(np.abs(logits - exact).max())
+        diff16 = float(np.abs(logits - fp16_kv).max())
+        print(f"SmolLM2 8 tokens {kind}: max abs diff {diff:.2e} (fp16-KV ref {diff16:.2e})")
         assert diff < 0.1, kind
-        assert (logits.argmax(-1) == expected.argmax(-1)).all()
+        assert diff16 < 0.05, kind
+        assert (logits.argmax(-1) == exact.argmax(-1)).all()

@@ -304,6 +304,11 @@ class ChatSession:
         return head + self.history
 
     @property
+    def session(self) -> _native.Session:
+        """The native session: this conversation's tokens and KV cache."""
+        return self._session
+
+    @property
     def cached_tokens(self) -> int:
         return len(self._session)
 

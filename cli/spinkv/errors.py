@@ -34,3 +34,10 @@ __all__ = [
     "SpinkvError",
     "UnsupportedError",
 ]
+
+
+class ContextOverflowError(InvalidInputError):
+    """A prompt (or a conversation) longer than the context the session can hold."""
+
+
+__all__ += ["ContextOverflowError"]

@@ -10,7 +10,7 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from spinkv.errors import InvalidInputError
+from spinkv.errors import ContextOverflowError, InvalidInputError
 from spinkv.sampling import SamplingParams
 from spinkv.timing import GenerationTimings, Stopwatch
 
@@ -224,7 +224,7 @@ def _check_request(spec: TurnSpec) -> None:
     if spec.max_tokens < 1:
         raise InvalidInputError(f"invalid max_tokens {spec.max_tokens}: must be >= 1")
     if len(spec.prompt_ids) > spec.max_context:
-        raise InvalidInputError(
+        raise ContextOverflowError(
             f"the prompt is {len(spec.prompt_ids)} tokens but the context holds "
-            f"{spec.max_context}: shorten the prompt (or /clear the conversation)"
+            f"{spec.max_context} tokens"
         )

@@ -78,10 +78,10 @@ _BLOCK_NAMES = {
 }
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.weight$")
 
-# GGUF token types (llama.cpp's llama_token_type).
-TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = range(
-    1, 7
-)
+# GGUF token types (llama.cpp's llama_token_type) that the tokenizer build looks at.
+TOKEN_NORMAL = 1
+TOKEN_CONTROL = 3  # special tokens: <|im_start|>, <|endoftext|>, ...
+TOKEN_USER_DEFINED = 4  # added tokens matched verbatim but not special
 
 # Pre-tokenizer regexes of tokenizer.ggml.pre tags (from each model's own tokenizer.json).
 _LLAMA3_REGEX = (
@@ -497,6 +497,11 @@ def sanitize_name(name: str) -> str:
     return clean
 
 
+def store_name_for(path: Path) -> str:
+    """The store name a GGUF file gets by default: its file name without .gguf."""
+    return sanitize_name(re.sub(r"\.gguf$", "", Path(path).name, flags=re.IGNORECASE))
+
+
 def source_record(path: Path) -> dict[str, Any]:
     """Identity of a source file, to tell whether an import of it is still current."""
     st = path.stat()
@@ -567,7 +572,7 @@ def import_gguf(
     if out_dir is None:
         from spinkv.store import models_dir
 
-        out_dir = models_dir() / sanitize_name(name or path.name.removesuffix(".gguf"))
+        out_dir = models_dir() / (sanitize_name(name) if name else store_name_for(path))
     g = GGUFModel(path)
     record = {"source": dict(source) if source else source_record(path)}
     return place_atomically(Path(out_dir), lambda tmp: write_model_dir(g, tmp, dtype, record))

@@ -94,9 +94,6 @@ def safetensors_files(model_dir: Path) -> list[Path]:
     single = model_dir / SINGLE_FILE
     if single.is_file():
         return [single]
-    others = sorted(model_dir.glob("*.safetensors"))
-    if len(others) == 1:
-        return others
     raise ModelNotFoundError(f"{model_dir} has no {SINGLE_FILE} (nor {INDEX_FILE})")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spinkv.errors import ModelNotFoundError, SpinkvError
-from spinkv.gguf_import import IMPORT_FORMAT, import_gguf, sanitize_name, source_record
+from spinkv.gguf_import import IMPORT_FORMAT, import_gguf, source_record, store_name_for
 from spinkv.model_info import ModelInfo, safetensors_files
 from spinkv.model_info import model_info as read_model_info
 
@@ -232,14 +232,20 @@ def hf_snapshot(repo_id: str) -> Path:
 
 
 def _import_gguf_file(path: Path) -> Path:
-    dest = models_dir() / sanitize_name(path.name.removesuffix(".gguf"))
+    dest = models_dir() / store_name_for(path)
     if _is_current_import(dest, source_record(path)):
         return dest.resolve()
     return import_gguf(path, out_dir=dest)
 
 
 def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or os.sep * 2 in spec
+    """Paths, not HF repo ids ("org/name" has exactly one slash)."""
+    return (
+        spec.startswith(("/", ".", "~"))
+        or spec.lower().endswith(".gguf")
+        or spec.count("/") > 1
+        or "\\" in spec
+    )
 
 
 def resolve_model(spec: str | None) -> Path:

@@ -6,16 +6,18 @@ import sys
 from typing import TYPE_CHECKING, Callable
 
 from spinkv.commands import options as opt
+from spinkv.commands.failures import describe, user_error_types
 from spinkv.commands.history import LineHistory
 from spinkv.commands.render import (
     cache_stats_tables,
+    key_value_table,
     print_error,
     print_note,
     print_timings,
     stderr,
     write_text,
 )
-from spinkv.errors import SpinkvError
+from spinkv.errors import ContextOverflowError
 
 if TYPE_CHECKING:
     from spinkv.api import ChatSession
@@ -28,8 +30,8 @@ HELP = """\
 /help            this list
 /clear           forget the conversation (keeps the system prompt)
 /system [TEXT]   set the system prompt; without TEXT, back to the template's default
-/stats           KV cache statistics
-/exit            leave (also /quit, /bye, Ctrl-D, or Ctrl-C twice)
+/stats [layers]  KV cache statistics (per layer with 'layers')
+/exit            leave (also /quit, /bye, Ctrl-D, or Ctrl-C twice at the prompt)
 \"\"\"           start and end a multi-line message
 Ctrl-C           stop the reply being written; the conversation keeps what was shown"""
 
@@ -97,32 +99,41 @@ class ChatRepl:
                 print_note("(Ctrl-C again or Ctrl-D to leave)")
                 continue
             self.pending_interrupts = 0
-            if not line.strip():
-                continue
-            command = parse_command(line)
-            if command is None:
-                self.reply(line)
-            elif not self.run_command(*command):
-                return
+            try:
+                if not self.handle(line):
+                    return
+            except KeyboardInterrupt:  # between the reply and the prompt: back to the prompt
+                stderr.print()
+
+    def handle(self, line: str) -> bool:
+        """A message or a slash command; False means leave."""
+        if not line.strip():
+            return True
+        command = parse_command(line)
+        if command is None:
+            self.reply(line)
+            return True
+        return self.run_command(*command)
 
     def reply(self, text: str) -> None:
         try:
             stream = self.chat.send(text)
         except KeyboardInterrupt:
-            self.pending_interrupts = 1
             return
-        except SpinkvError as exc:
-            print_error(str(exc))
+        except ContextOverflowError as exc:
+            print_error(f"{exc}: /clear starts a new conversation")
+            return
+        except user_error_types() as exc:
+            print_error(describe(exc))
             return
         try:
             for piece in stream:
                 write_text(piece)
         except KeyboardInterrupt:
             stream.close()
-            self.pending_interrupts = 1
-        except SpinkvError as exc:
+        except user_error_types() as exc:
             write_text("\n")
-            print_error(str(exc))
+            print_error(describe(exc))
             return
         result = stream.result
         if result.text and not result.text.endswith("\n"):
@@ -132,6 +143,13 @@ class ChatRepl:
         elif result.finish_reason == "interrupted":
             print_note("[interrupted]")
         self.replies += 1
+
+    def show_stats(self, *, per_layer: bool) -> None:
+        stats = self.chat.stats()
+        conversation = {k: v for k, v in stats.items() if k != "cache"}
+        stderr.print(key_value_table(conversation, title="conversation"))
+        for table in cache_stats_tables(stats["cache"], per_layer=per_layer):
+            stderr.print(table)
 
     def run_command(self, name: str, argument: str) -> bool:
         """Runs one slash command; False means leave."""
@@ -146,8 +164,7 @@ class ChatRepl:
             self.chat.set_system(argument or None)
             print_note(f"system prompt: {argument}" if argument else "system prompt: default")
         elif name == "/stats":
-            for table in cache_stats_tables(self.chat.stats()):
-                stderr.print(table)
+            self.show_stats(per_layer=argument == "layers" or self.verbose)
         else:
             print_error(f"unknown command {name}: /help lists the commands")
         return True

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spinkv.commands.render import (
@@ -16,6 +15,7 @@ from spinkv.commands.render import (
     format_count,
     key_value_table,
     print_note,
+    stdout,
 )
 from spinkv.errors import InvalidInputError
 
@@ -24,7 +24,6 @@ app = typer.Typer(
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-stdout = Console(soft_wrap=True, highlight=False)
 
 DTYPES = ("f16", "bf16")
 

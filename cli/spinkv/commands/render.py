@@ -13,7 +13,19 @@ from rich.text import Text
 from spinkv.generation import GenerationResult
 from spinkv.timing import GenerationTimings
 
-stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+PIPED_WIDTH = 160
+"""Table width when output is not a terminal (rich would otherwise assume 80 columns)."""
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, soft_wrap=True, highlight=False)
+    if not console.is_terminal:
+        console.width = PIPED_WIDTH
+    return console
+
+
+stderr = make_console(stderr=True)
+stdout = make_console()
 
 
 def print_error(message: str) -> None:
@@ -45,7 +57,9 @@ def format_ms(ms: float | None) -> str:
 
 
 def format_rate(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:.1f} tok/s"
+    if rate is None:
+        return "-"
+    return f"{rate:.0f} tok/s" if rate >= 100 else f"{rate:.1f} tok/s"
 
 
 def format_bytes(n: float | None) -> str:
@@ -125,49 +139,51 @@ def print_timings(result: GenerationResult, *, verbose: bool, show_load: bool = 
 
 def key_value_table(rows: Mapping[str, Any], title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left", show_header=False, show_edge=False)
-    table.add_column("key", style="bold")
+    table.add_column("key", style="bold", no_wrap=True)
     table.add_column("value")
     for key, value in rows.items():
-        table.add_row(str(key).replace("_", " "), _cell(value))
+        table.add_row(str(key).replace("_", " "), _cell(key, value))
     return table
 
 
-def records_table(records: Sequence[Mapping[str, Any]], title: str | None = None) -> Table:
-    """A table whose columns are the union of the records' keys, in first-seen order."""
+def records_table(
+    records: Sequence[Mapping[str, Any]], title: str | None = None, index: str | None = None
+) -> Table:
+    """A table whose columns are the union of the records' keys, in first-seen order;
+    index names an extra first column numbering the records."""
     columns: list[str] = []
     for record in records:
         columns += [key for key in record if key not in columns]
     table = Table(title=title, title_justify="left", show_edge=False)
+    if index:
+        table.add_column(index, justify="right")
     for column in columns:
-        table.add_column(column.replace("_", " "), justify="left")
-    for record in records:
-        table.add_row(*(_cell(record.get(column)) for column in columns))
+        table.add_column(column.replace("_", " "), justify="right")
+    for i, record in enumerate(records):
+        cells = [_cell(column, record.get(column)) for column in columns]
+        table.add_row(*([Text(str(i))] if index else []), *cells)
     return table
 
 
-def cache_stats_tables(stats: Mapping[str, Any]) -> list[Table]:
-    """Cache statistics as tables: scalar figures first, then any per-layer records."""
-    scalars: dict[str, Any] = {}
-    tables: list[Table] = []
-    for key, value in stats.items():
-        if isinstance(value, Mapping):
-            tables.append(key_value_table(value, title=key.replace("_", " ")))
-        elif _is_records(value):
-            tables.append(records_table(value, title=key.replace("_", " ")))
-        else:
-            scalars[key] = value
-    return [key_value_table(scalars, title="KV cache"), *tables]
+def cache_stats_tables(stats: Mapping[str, Any], *, per_layer: bool = False) -> list[Table]:
+    """The runtime's cache statistics: the scalar figures, the all-layer total and, if
+    per_layer, one row per layer. Keys ending in _bytes are shown as sizes."""
+    scalars = {k: v for k, v in stats.items() if not isinstance(v, (Mapping, list))}
+    tables = [key_value_table(scalars, title="KV cache")]
+    total = stats.get("total")
+    if isinstance(total, Mapping):
+        tables.append(key_value_table(total, title="all layers"))
+    layers = stats.get("layers")
+    if per_layer and isinstance(layers, list) and layers:
+        tables.append(records_table(layers, title="per layer", index="layer"))
+    return tables
 
 
-def _is_records(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
-
-
-def _cell(value: Any) -> Text:
+def _cell(key: Any, value: Any) -> Text:
     if value is None:
         return Text("-")
+    if str(key).endswith("_bytes") and isinstance(value, (int, float)):
+        return Text(format_bytes(value))
     if isinstance(value, float):
         return Text(f"{value:.4g}")
-    if isinstance(value, Mapping):
-        return Text(", ".join(f"{k}={_cell(v)}" for k, v in value.items()))
     return Text(str(value))

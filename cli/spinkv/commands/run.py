@@ -92,9 +92,13 @@ def run(
         sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
         return
 
-    with stream:
-        for piece in stream:
-            write_text(piece)
+    try:
+        with stream:
+            for piece in stream:
+                write_text(piece)
+    except KeyboardInterrupt:
+        write_text("\n")  # end the partial line; the app exits with 130
+        raise
     result = stream.result
     if not result.text.endswith("\n"):
         write_text("\n")

@@ -166,7 +166,12 @@ pub fn active_isa() -> Isa {
         }
     };
     // A concurrent set_isa() wins over the lazy default.
-    match ACTIVE.compare_exchange(UNSET, initial.to_code(), Ordering::Relaxed, Ordering::Relaxed) {
+    match ACTIVE.compare_exchange(
+        UNSET,
+        initial.to_code(),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    ) {
         Ok(_) => initial,
         Err(current) => Isa::from_code(current),
     }
@@ -253,7 +258,11 @@ mod tests {
     fn unknown_and_unsupported_are_errors() {
         assert!(matches!(select_isa("mmx"), Err(IsaError::Unknown(_))));
         // Neon and x86 never coexist, so one of these is always missing.
-        let foreign = if cfg!(target_arch = "aarch64") { "avx2" } else { "neon" };
+        let foreign = if cfg!(target_arch = "aarch64") {
+            "avx2"
+        } else {
+            "neon"
+        };
         assert!(matches!(select_isa(foreign), Err(IsaError::CpuLacks(_))));
         assert!(select_isa("scalar").is_ok());
         assert_eq!(active_isa(), Isa::Scalar);

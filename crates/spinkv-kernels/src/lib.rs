@@ -21,6 +21,7 @@ pub mod vec_f16;
 pub mod vec_f32;
 mod weight;
 
+pub use convert::{f16_to_f32, f32_to_f16};
 pub use half::{bf16, f16};
 pub use isa::{
     active_isa, cpu_features, detected_isa, env_isa_override, select_isa, set_isa, Isa, IsaError,
@@ -31,7 +32,6 @@ pub use rmsnorm::rmsnorm;
 pub use rope::{rope, rope_tables};
 pub use softmax::softmax_inplace;
 pub use swiglu::swiglu;
-pub use convert::{f16_to_f32, f32_to_f16};
 pub use vec_f16::{axpy_f16, dot_f16};
 pub use vec_f32::{axpy_f32, dot_f32};
 pub use weight::{WeightDtype, WeightRef};

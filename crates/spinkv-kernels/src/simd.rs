@@ -83,10 +83,9 @@ pub(crate) mod avx2 {
         let x = _mm256_min_ps(x, _mm256_set1_ps(88.3));
         let x = _mm256_max_ps(x, _mm256_set1_ps(-87.3));
         // x = n·ln2 + r with |r| <= ln2/2, ln2 split in two for precision.
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-            x,
-            _mm256_set1_ps(std::f32::consts::LOG2_E),
-        ));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        );
         let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
         let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
         let mut poly = _mm256_set1_ps(1.987_569_1e-4);

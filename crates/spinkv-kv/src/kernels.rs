@@ -99,9 +99,22 @@ pub(crate) fn accumulate_block_f16_scalar(
     }
 }
 
-/// `Σ a[i]·b[i]` with eight independent accumulators (vectorisable, f32 throughout).
+/// `Σ a[i]·b[i]`, f32 throughout (AVX2+FMA when available).
 #[inline]
 pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    if use_avx2() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `use_avx2` checked at run time that the CPU has AVX2, FMA and F16C.
+        unsafe {
+            return avx2::dot(a, b);
+        }
+    }
+    dot_f32_scalar(a, b)
+}
+
+/// `Σ a[i]·b[i]` with eight independent accumulators (vectorisable).
+#[inline]
+pub(crate) fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     let mut acc = [0.0f32; 8];
     let (a_chunks, a_tail) = a.split_at(a.len() - a.len() % 8);
@@ -118,9 +131,21 @@ pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// `y += alpha · x`.
+/// `y += alpha · x` (AVX2+FMA when available).
 #[inline]
 pub(crate) fn axpy_f32(y: &mut [f32], alpha: f32, x: &[f32]) {
+    if use_avx2() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `use_avx2` checked at run time that the CPU has AVX2, FMA and F16C.
+        unsafe {
+            return avx2::axpy(y, alpha, x);
+        }
+    }
+    axpy_f32_scalar(y, alpha, x)
+}
+
+#[inline]
+pub(crate) fn axpy_f32_scalar(y: &mut [f32], alpha: f32, x: &[f32]) {
     debug_assert_eq!(y.len(), x.len());
     for (yi, xi) in y.iter_mut().zip(x) {
         *yi += alpha * xi;
@@ -178,7 +203,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+    pub(super) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let mut i = 0;
@@ -214,7 +239,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
+    pub(super) unsafe fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
         let n = y.len().min(x.len());
         let a = _mm256_set1_ps(alpha);
         let mut i = 0;
@@ -324,10 +349,17 @@ mod tests {
             let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
             let naive: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             assert!((dot_f32(&a, &b) as f64 - naive).abs() < 1e-4, "n={n}");
+            assert!(
+                (dot_f32_scalar(&a, &b) as f64 - naive).abs() < 1e-4,
+                "n={n}"
+            );
+            let mut y2 = b.clone();
+            axpy_f32_scalar(&mut y2, 0.5, &a);
             let mut y = b.clone();
             axpy_f32(&mut y, 0.5, &a);
             for i in 0..n {
                 assert!((y[i] - (b[i] + 0.5 * a[i])).abs() < 1e-6);
+                assert!((y2[i] - y[i]).abs() < 1e-6);
             }
         }
     }

@@ -89,9 +89,58 @@ pub(crate) fn pack(codes: &[u8], layout: &BitLayout, out: &mut [u8]) {
     out[at..].fill(0);
 }
 
-/// Unpacks one vector packed by [`pack`] into `codes` (`layout.d` long).
+/// Unpacks one vector packed by [`pack`] into `codes` (`layout.d` long). When the high-width
+/// segment ends on a byte (every even head dim at integer rates, multiples of 16 at x.5 rates)
+/// both segments go through the width-specialised reader; otherwise through the generic one.
 #[inline]
 pub(crate) fn unpack(bytes: &[u8], layout: &BitLayout, codes: &mut [u8]) {
+    let hi_bits = layout.n_hi * layout.hi as usize;
+    if hi_bits % 8 == 0 {
+        let (hi_codes, lo_codes) = codes.split_at_mut(layout.n_hi);
+        let (hi_bytes, lo_bytes) = bytes.split_at(hi_bits / 8);
+        unpack_uniform(hi_bytes, layout.hi, hi_codes);
+        unpack_uniform(lo_bytes, layout.lo, lo_codes);
+    } else {
+        unpack_generic(bytes, layout, codes);
+    }
+}
+
+/// Unpacks `codes.len()` codes of one width from the start of `bytes`.
+#[inline]
+pub(crate) fn unpack_uniform(bytes: &[u8], width: u32, codes: &mut [u8]) {
+    match width {
+        1 => unpack_width::<1>(bytes, codes),
+        2 => unpack_width::<2>(bytes, codes),
+        3 => unpack_width::<3>(bytes, codes),
+        4 => unpack_width::<4>(bytes, codes),
+        5 => unpack_width::<5>(bytes, codes),
+        6 => unpack_width::<6>(bytes, codes),
+        7 => unpack_width::<7>(bytes, codes),
+        _ => unpack_width::<8>(bytes, codes),
+    }
+}
+
+/// Eight codes of `W` bits are exactly `W` bytes: read them as one integer and shift.
+#[inline]
+fn unpack_width<const W: usize>(bytes: &[u8], codes: &mut [u8]) {
+    let mask = ((1u16 << W) - 1) as u64;
+    let groups = codes.len() / 8;
+    for (group, out) in bytes.chunks_exact(W).zip(codes.chunks_exact_mut(8)) {
+        let mut word = [0u8; 8];
+        word[..W].copy_from_slice(group);
+        let word = u64::from_le_bytes(word);
+        for (k, code) in out.iter_mut().enumerate() {
+            *code = ((word >> (k * W)) & mask) as u8;
+        }
+    }
+    let done = groups * 8;
+    if done < codes.len() {
+        let tail = BitLayout::uniform(codes.len() - done, W as u32);
+        unpack_generic(&bytes[groups * W..], &tail, &mut codes[done..]);
+    }
+}
+
+fn unpack_generic(bytes: &[u8], layout: &BitLayout, codes: &mut [u8]) {
     debug_assert_eq!(codes.len(), layout.d);
     let mut acc: u64 = 0;
     let mut have = 0u32;
@@ -124,6 +173,8 @@ mod tests {
             pack(&codes, &layout, &mut packed);
             let mut back = vec![0u8; codes.len()];
             unpack(&packed, &layout, &mut back);
+            prop_assert_eq!(&back, &codes);
+            unpack_generic(&packed, &layout, &mut back);
             prop_assert_eq!(back, codes);
         }
 

@@ -37,7 +37,9 @@ fn main() {
         threads()
     );
     // Deterministic pseudo-text: spread over the vocabulary, avoiding the special ids.
-    let prompt: Vec<u32> = (0..depth as u32).map(|i| 100 + (i * 7919) % (vocab - 100)).collect();
+    let prompt: Vec<u32> = (0..depth as u32)
+        .map(|i| 100 + (i * 7919) % (vocab - 100))
+        .collect();
     let mut decode_rates = Vec::new();
     let mut prefill_rates = Vec::new();
     for run in 0..runs {

@@ -13,7 +13,10 @@ fn main() {
     }
     let run = || -> Result<Vec<u32>, spinkv_model::ModelError> {
         let model = Model::load(&PathBuf::from(&args[1]))?;
-        let prompt: Vec<u32> = args[2].split(',').filter_map(|s| s.trim().parse().ok()).collect();
+        let prompt: Vec<u32> = args[2]
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect();
         let max_new: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(32);
         let eos = model.config().eos_token_ids.clone();
         let mut session = Session::new(model, KvConfig::default())?;
@@ -31,7 +34,14 @@ fn main() {
         Ok(out)
     };
     match run() {
-        Ok(tokens) => println!("{}", tokens.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")),
+        Ok(tokens) => println!(
+            "{}",
+            tokens
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
         Err(e) => {
             eprintln!("error: {e}");
             std::process::exit(2);

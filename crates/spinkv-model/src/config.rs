@@ -99,7 +99,9 @@ impl LlamaConfig {
         let architecture = match (&raw.architectures, &raw.model_type) {
             (Some(list), _) if !list.is_empty() => list[0].clone(),
             (_, Some(model_type)) if model_type == "llama" => "LlamaForCausalLM".to_string(),
-            (_, Some(model_type)) => return Err(ModelError::UnsupportedArchitecture(model_type.clone())),
+            (_, Some(model_type)) => {
+                return Err(ModelError::UnsupportedArchitecture(model_type.clone()))
+            }
             _ => return Err(bad("neither `architectures` nor `model_type` is set".into())),
         };
         if !LLAMA_ARCHITECTURES.contains(&architecture.as_str()) {
@@ -154,13 +156,21 @@ impl LlamaConfig {
             }
         };
         if head_dim == 0 || head_dim % 2 != 0 {
-            return Err(bad(format!("head_dim {head_dim} must be even and positive (RoPE pairs)")));
+            return Err(bad(format!(
+                "head_dim {head_dim} must be even and positive (RoPE pairs)"
+            )));
         }
         if !(raw.rms_norm_eps.is_finite() && raw.rms_norm_eps >= 0.0) {
-            return Err(bad(format!("rms_norm_eps {} must be finite and >= 0", raw.rms_norm_eps)));
+            return Err(bad(format!(
+                "rms_norm_eps {} must be finite and >= 0",
+                raw.rms_norm_eps
+            )));
         }
         if !(raw.rope_theta.is_finite() && raw.rope_theta > 0.0) {
-            return Err(bad(format!("rope_theta {} must be positive", raw.rope_theta)));
+            return Err(bad(format!(
+                "rope_theta {} must be positive",
+                raw.rope_theta
+            )));
         }
 
         Ok(LlamaConfig {
@@ -178,7 +188,10 @@ impl LlamaConfig {
             vocab_size: raw.vocab_size,
             max_position_embeddings: raw.max_position_embeddings,
             torch_dtype: raw.torch_dtype,
-            bos_token_id: raw.bos_token_id.as_ref().and_then(|v| token_ids(v).first().copied()),
+            bos_token_id: raw
+                .bos_token_id
+                .as_ref()
+                .and_then(|v| token_ids(v).first().copied()),
             eos_token_ids: raw.eos_token_id.as_ref().map(token_ids).unwrap_or_default(),
         })
     }
@@ -275,16 +288,24 @@ mod tests {
 
     #[test]
     fn rejects_other_architectures() {
-        let err = LlamaConfig::from_json(&with("architectures", r#"["GPT2LMHeadModel"]"#)).unwrap_err();
-        assert!(matches!(err, ModelError::UnsupportedArchitecture(ref a) if a == "GPT2LMHeadModel"));
+        let err =
+            LlamaConfig::from_json(&with("architectures", r#"["GPT2LMHeadModel"]"#)).unwrap_err();
+        assert!(
+            matches!(err, ModelError::UnsupportedArchitecture(ref a) if a == "GPT2LMHeadModel")
+        );
         assert!(err.to_string().contains("GPT2LMHeadModel"));
     }
 
     #[test]
     fn rope_scaling_linear_and_unsupported() {
-        let c = LlamaConfig::from_json(&with("rope_scaling", r#"{"type":"linear","factor":4.0}"#)).unwrap();
+        let c = LlamaConfig::from_json(&with("rope_scaling", r#"{"type":"linear","factor":4.0}"#))
+            .unwrap();
         assert_eq!(c.rope_linear_factor, 4.0);
-        let err = LlamaConfig::from_json(&with("rope_scaling", r#"{"rope_type":"yarn","factor":4.0}"#)).unwrap_err();
+        let err = LlamaConfig::from_json(&with(
+            "rope_scaling",
+            r#"{"rope_type":"yarn","factor":4.0}"#,
+        ))
+        .unwrap_err();
         assert!(matches!(err, ModelError::Unsupported(_)));
     }
 
@@ -297,7 +318,10 @@ mod tests {
             ("vocab_size", "-3"),
             ("hidden_act", r#""gelu""#),
         ] {
-            assert!(LlamaConfig::from_json(&with(key, value)).is_err(), "{key}={value}");
+            assert!(
+                LlamaConfig::from_json(&with(key, value)).is_err(),
+                "{key}={value}"
+            );
         }
         assert!(LlamaConfig::from_json("{not json").is_err());
         assert!(LlamaConfig::from_json(r#"{"architectures":["LlamaForCausalLM"]}"#).is_err());

@@ -40,7 +40,9 @@ pub enum ModelError {
         expected: Vec<usize>,
         got: Vec<usize>,
     },
-    #[error("prompt of {adding} tokens does not fit: {len} tokens already in context, limit {max}")]
+    #[error(
+        "prompt of {adding} tokens does not fit: {len} tokens already in context, limit {max}"
+    )]
     ContextOverflow {
         len: usize,
         adding: usize,

@@ -20,6 +20,14 @@ pub(crate) enum LogitsFor {
     All,
 }
 
+/// Consecutive tokens at positions `start..start + tokens.len()`.
+#[derive(Clone, Copy)]
+pub(crate) struct Block<'a> {
+    pub tokens: &'a [u32],
+    pub start: usize,
+    pub want: LogitsFor,
+}
+
 /// Activation buffers, grown to the largest block seen and reused.
 #[derive(Default)]
 pub(crate) struct Scratch {
@@ -44,7 +52,12 @@ pub(crate) struct Scratch {
 }
 
 fn job<'a>(weights: &'a Weights, m: &'a Matrix, out: &'a mut [f32]) -> LinearJob<'a> {
-    LinearJob { weight: weights.view(m), rows: m.rows, cols: m.cols, out }
+    LinearJob {
+        weight: weights.view(m),
+        rows: m.rows,
+        cols: m.cols,
+        out,
+    }
 }
 
 fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
@@ -58,13 +71,16 @@ fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
 pub(crate) fn forward(
     model: &Model,
     cache: &mut KvCache,
-    tokens: &[u32],
-    start: usize,
-    want: LogitsFor,
+    block: Block<'_>,
     logits: &mut Vec<f32>,
     s: &mut Scratch,
     clock: &mut ForwardClock,
 ) -> Result<(), ModelError> {
+    let Block {
+        tokens,
+        start,
+        want,
+    } = block;
     let c = model.config();
     let w = &model.weights;
     let n = tokens.len();
@@ -77,7 +93,12 @@ pub(crate) fn forward(
         embed.row_to_f32(token as usize, hidden, row);
     }
     // [n, head_dim / 2] each
-    let (cos, sin) = rope_tables(head_dim, c.rope_theta, c.rope_linear_factor, start..start + n);
+    let (cos, sin) = rope_tables(
+        head_dim,
+        c.rope_theta,
+        c.rope_linear_factor,
+        start..start + n,
+    );
     let half = head_dim / 2;
 
     for (layer_index, layer) in w.layers.iter().enumerate() {
@@ -101,9 +122,22 @@ pub(crate) fn forward(
             )
         });
         for t in 0..n {
-            let (cos_t, sin_t) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
-            rope(&mut q[t * q_width..(t + 1) * q_width], head_dim, cos_t, sin_t);
-            rope(&mut k[t * kv_width..(t + 1) * kv_width], head_dim, cos_t, sin_t);
+            let (cos_t, sin_t) = (
+                &cos[t * half..(t + 1) * half],
+                &sin[t * half..(t + 1) * half],
+            );
+            rope(
+                &mut q[t * q_width..(t + 1) * q_width],
+                head_dim,
+                cos_t,
+                sin_t,
+            );
+            rope(
+                &mut k[t * kv_width..(t + 1) * kv_width],
+                head_dim,
+                cos_t,
+                sin_t,
+            );
         }
         let attn = sized(&mut s.attn, n * q_width);
         clock.time_attention(|| -> Result<(), ModelError> {
@@ -112,13 +146,7 @@ pub(crate) fn forward(
             Ok(())
         })?;
         let proj = sized(&mut s.proj, n * hidden);
-        clock.time_matmul(|| {
-            matmul_jobs(
-                attn,
-                q_width,
-                &mut [job(w, &layer.o_proj, proj)],
-            )
-        });
+        clock.time_matmul(|| matmul_jobs(attn, q_width, &mut [job(w, &layer.o_proj, proj)]));
         axpy_f32(1.0, proj, x);
 
         // --- MLP block ---
@@ -131,20 +159,11 @@ pub(crate) fn forward(
             matmul_jobs(
                 xn,
                 hidden,
-                &mut [
-                    job(w, &layer.gate_proj, gate),
-                    job(w, &layer.up_proj, up),
-                ],
+                &mut [job(w, &layer.gate_proj, gate), job(w, &layer.up_proj, up)],
             )
         });
         swiglu(gate, up);
-        clock.time_matmul(|| {
-            matmul_jobs(
-                gate,
-                inter,
-                &mut [job(w, &layer.down_proj, proj)],
-            )
-        });
+        clock.time_matmul(|| matmul_jobs(gate, inter, &mut [job(w, &layer.down_proj, proj)]));
         axpy_f32(1.0, proj, x);
     }
 
@@ -156,16 +175,15 @@ pub(crate) fn forward(
     };
     let xn = sized(&mut s.xn, rows.len() * hidden);
     for (out, t) in xn.chunks_exact_mut(hidden).zip(rows) {
-        rmsnorm(&x[t * hidden..(t + 1) * hidden], &w.final_norm, c.rms_norm_eps, out);
+        rmsnorm(
+            &x[t * hidden..(t + 1) * hidden],
+            &w.final_norm,
+            c.rms_norm_eps,
+            out,
+        );
     }
     let vocab = c.vocab_size;
     let out = sized(logits, xn.len() / hidden * vocab);
-    clock.time_matmul(|| {
-        matmul_jobs(
-            xn,
-            hidden,
-            &mut [job(w, w.lm_head(), out)],
-        )
-    });
+    clock.time_matmul(|| matmul_jobs(xn, hidden, &mut [job(w, w.lm_head(), out)]));
     Ok(())
 }

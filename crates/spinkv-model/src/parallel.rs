@@ -13,7 +13,9 @@ use std::sync::{Arc, RwLock};
 static POOL: RwLock<Option<Arc<ThreadPool>>> = RwLock::new(None);
 
 fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 fn build_pool(n: usize) -> Arc<ThreadPool> {
@@ -75,7 +77,10 @@ fn rows_per_task(total_rows: usize, granule: usize) -> usize {
 /// Decode: every job's matvec against the single input `x` (`[k]`), split into row tasks.
 pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
     let k = x.len();
-    assert!(jobs.iter().all(|j| j.cols == k), "matvec_jobs: input width differs from a weight's columns");
+    assert!(
+        jobs.iter().all(|j| j.cols == k),
+        "matvec_jobs: input width differs from a weight's columns"
+    );
     let total: usize = jobs.iter().map(|j| j.rows).sum();
     let chunk = rows_per_task(total, 4);
     let mut tasks: Vec<(WeightRef<'_>, Range<usize>, &mut [f32])> = Vec::new();
@@ -90,13 +95,18 @@ pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
         matvec(w, k, x, rows, out);
         return;
     }
-    tasks.into_par_iter().for_each(|(w, rows, out)| matvec(w, k, x, rows, out));
+    tasks
+        .into_par_iter()
+        .for_each(|(w, rows, out)| matvec(w, k, x, rows, out));
 }
 
 /// Prefill: every job's batched matmul against `x` (`[n_tokens, k]`). Tasks compute dense
 /// `[n_tokens, task_rows]` tiles that are then scattered into the `[n_tokens, rows]` outputs.
 pub(crate) fn matmul_jobs(x: &[f32], k: usize, jobs: &mut [LinearJob<'_>]) {
-    assert!(jobs.iter().all(|j| j.cols == k), "matmul_jobs: input width differs from a weight's columns");
+    assert!(
+        jobs.iter().all(|j| j.cols == k),
+        "matmul_jobs: input width differs from a weight's columns"
+    );
     let n_tokens = x.len() / k;
     if n_tokens == 1 {
         return matvec_jobs(x, jobs);

@@ -43,7 +43,10 @@ impl SamplerParams {
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |msg: String| Err(ModelError::InvalidSampling(msg));
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return bad(format!("temperature must be a finite number >= 0, got {}", self.temperature));
+            return bad(format!(
+                "temperature must be a finite number >= 0, got {}",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return bad(format!("top_p must be in (0, 1], got {}", self.top_p));
@@ -90,14 +93,22 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let p = &self.params;
         self.logits.clear();
-        self.logits.extend(logits.iter().map(|&l| if l.is_nan() { f32::NEG_INFINITY } else { l }));
+        self.logits.extend(
+            logits
+                .iter()
+                .map(|&l| if l.is_nan() { f32::NEG_INFINITY } else { l }),
+        );
         if p.repetition_penalty != 1.0 && p.repeat_last_n > 0 {
             let window = &history[history.len().saturating_sub(p.repeat_last_n)..];
             let seen: HashSet<u32> = window.iter().copied().collect();
             for token in seen {
                 if let Some(l) = self.logits.get_mut(token as usize) {
                     // CTRL-style: shrink positive logits, push negative ones further down.
-                    *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+                    *l = if *l > 0.0 {
+                        *l / p.repetition_penalty
+                    } else {
+                        *l * p.repetition_penalty
+                    };
                 }
             }
         }
@@ -117,13 +128,19 @@ impl Sampler {
         if self.candidates.is_empty() {
             return 0;
         }
-        let by_score_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let by_score_desc =
+            |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < self.candidates.len() {
-            self.candidates.select_nth_unstable_by(p.top_k - 1, by_score_desc);
+            self.candidates
+                .select_nth_unstable_by(p.top_k - 1, by_score_desc);
             self.candidates.truncate(p.top_k);
         }
         // min-p in log space: p_i >= min_p · p_max  <=>  s_i >= s_max + ln(min_p).
-        let max_score = self.candidates.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        let max_score = self
+            .candidates
+            .iter()
+            .map(|c| c.1)
+            .fold(f32::NEG_INFINITY, f32::max);
         if p.min_p > 0.0 {
             let floor = max_score + p.min_p.ln();
             self.candidates.retain(|c| c.1 >= floor);
@@ -239,7 +256,9 @@ mod tests {
     use super::*;
 
     fn logits() -> Vec<f32> {
-        (0..1000).map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0).collect()
+        (0..1000)
+            .map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0)
+            .collect()
     }
 
     fn params(seed: u64) -> SamplerParams {
@@ -269,7 +288,12 @@ mod tests {
     fn same_seed_same_tokens() {
         assert_eq!(draw(params(42), 50), draw(params(42), 50));
         assert_ne!(draw(params(42), 50), draw(params(43), 50));
-        let plain = SamplerParams { top_k: 0, top_p: 1.0, min_p: 0.0, ..params(5) };
+        let plain = SamplerParams {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..params(5)
+        };
         assert_eq!(draw(plain.clone(), 50), draw(plain, 50));
     }
 
@@ -278,10 +302,19 @@ mod tests {
         let mut s = Sampler::new(SamplerParams::default()).unwrap();
         let l = [0.5, 2.0, f32::NAN, 1.9];
         assert_eq!(s.sample(&l, &[]), 1);
-        let mut penalised = Sampler::new(SamplerParams { repetition_penalty: 2.0, ..Default::default() }).unwrap();
+        let mut penalised = Sampler::new(SamplerParams {
+            repetition_penalty: 2.0,
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(penalised.sample(&l, &[1]), 3);
         // Outside the window the penalty no longer applies.
-        let mut narrow = Sampler::new(SamplerParams { repetition_penalty: 2.0, repeat_last_n: 1, ..Default::default() }).unwrap();
+        let mut narrow = Sampler::new(SamplerParams {
+            repetition_penalty: 2.0,
+            repeat_last_n: 1,
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(narrow.sample(&l, &[1, 0]), 1);
     }
 
@@ -293,36 +326,83 @@ mod tests {
             idx.sort_by(|&a, &b| l[b as usize].total_cmp(&l[a as usize]));
             idx[..3].to_vec()
         };
-        let mut s = Sampler::new(SamplerParams { temperature: 5.0, top_k: 3, seed: Some(1), ..Default::default() }).unwrap();
+        let mut s = Sampler::new(SamplerParams {
+            temperature: 5.0,
+            top_k: 3,
+            seed: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
         for _ in 0..200 {
             assert!(top.contains(&s.sample(&l, &[])));
         }
         // A tiny top_p keeps only the most likely token.
-        let mut s = Sampler::new(SamplerParams { temperature: 1.0, top_p: 1e-6, seed: Some(1), ..Default::default() }).unwrap();
+        let mut s = Sampler::new(SamplerParams {
+            temperature: 1.0,
+            top_p: 1e-6,
+            seed: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(s.sample(&l, &[]), top[0]);
         // min_p near 1 keeps only the most likely token too.
-        let mut s = Sampler::new(SamplerParams { temperature: 1.0, min_p: 0.999, seed: Some(1), ..Default::default() }).unwrap();
+        let mut s = Sampler::new(SamplerParams {
+            temperature: 1.0,
+            min_p: 0.999,
+            seed: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(s.sample(&l, &[]), top[0]);
     }
 
     #[test]
     fn invalid_values_are_errors() {
         for p in [
-            SamplerParams { temperature: -0.1, ..Default::default() },
-            SamplerParams { temperature: f32::NAN, ..Default::default() },
-            SamplerParams { top_p: 0.0, ..Default::default() },
-            SamplerParams { top_p: 1.5, ..Default::default() },
-            SamplerParams { min_p: 1.0, ..Default::default() },
-            SamplerParams { min_p: -0.5, ..Default::default() },
-            SamplerParams { repetition_penalty: 0.0, ..Default::default() },
+            SamplerParams {
+                temperature: -0.1,
+                ..Default::default()
+            },
+            SamplerParams {
+                temperature: f32::NAN,
+                ..Default::default()
+            },
+            SamplerParams {
+                top_p: 0.0,
+                ..Default::default()
+            },
+            SamplerParams {
+                top_p: 1.5,
+                ..Default::default()
+            },
+            SamplerParams {
+                min_p: 1.0,
+                ..Default::default()
+            },
+            SamplerParams {
+                min_p: -0.5,
+                ..Default::default()
+            },
+            SamplerParams {
+                repetition_penalty: 0.0,
+                ..Default::default()
+            },
         ] {
-            assert!(matches!(Sampler::new(p), Err(ModelError::InvalidSampling(_))));
+            assert!(matches!(
+                Sampler::new(p),
+                Err(ModelError::InvalidSampling(_))
+            ));
         }
     }
 
     #[test]
     fn degenerate_rows_do_not_panic() {
-        let mut s = Sampler::new(SamplerParams { temperature: 1.0, seed: Some(3), ..Default::default() }).unwrap();
+        let mut s = Sampler::new(SamplerParams {
+            temperature: 1.0,
+            seed: Some(3),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(s.sample(&[f32::NEG_INFINITY; 4], &[]), 0);
         assert_eq!(s.sample(&[], &[]), 0);
         assert_eq!(s.sample(&[f32::NAN, 1.0], &[7, 99]), 1);

@@ -1,7 +1,7 @@
 //! `Session`: one conversation's KV cache, token history and last logits over a shared model.
 
 use crate::error::ModelError;
-use crate::forward::{forward, LogitsFor, Scratch};
+use crate::forward::{forward, Block, LogitsFor, Scratch};
 use crate::model::Model;
 use crate::parallel::run_in_pool;
 use crate::sampler::Sampler;
@@ -52,15 +52,31 @@ impl Session {
     /// Append `tokens` to the context (batched, in blocks of [`PREFILL_CHUNK`]). With
     /// `all_logits`, returns `[tokens.len() * vocab]` logits, one row per token. Errors are
     /// raised before anything is mutated.
-    pub fn prefill(&mut self, tokens: &[u32], all_logits: bool) -> Result<Option<Vec<f32>>, ModelError> {
+    pub fn prefill(
+        &mut self,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<Option<Vec<f32>>, ModelError> {
         self.check_tokens(tokens)?;
+        let start_len = self.tokens.len();
         let started = Instant::now();
         let vocab = self.model.config().vocab_size;
-        let mut all = if all_logits { Vec::with_capacity(tokens.len() * vocab) } else { Vec::new() };
+        let mut all = if all_logits {
+            Vec::with_capacity(tokens.len() * vocab)
+        } else {
+            Vec::new()
+        };
         let n_chunks = tokens.len().div_ceil(PREFILL_CHUNK);
         let mut clock = ForwardClock::default();
         let result = {
-            let Session { model, cache, tokens: history, logits, scratch, .. } = self;
+            let Session {
+                model,
+                cache,
+                tokens: history,
+                logits,
+                scratch,
+                ..
+            } = self;
             run_in_pool(|| -> Result<(), ModelError> {
                 for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
                     let want = if all_logits {
@@ -70,7 +86,12 @@ impl Session {
                     } else {
                         LogitsFor::None
                     };
-                    forward(model, cache, chunk, history.len(), want, logits, scratch, &mut clock)?;
+                    let block = Block {
+                        tokens: chunk,
+                        start: history.len(),
+                        want,
+                    };
+                    forward(model, cache, block, logits, scratch, &mut clock)?;
                     history.extend_from_slice(chunk);
                     if all_logits {
                         all.extend_from_slice(logits);
@@ -79,7 +100,6 @@ impl Session {
                 Ok(())
             })
         };
-        let start_len = self.tokens.len() - self.tokens.len().min(tokens.len());
         if let Err(err) = result {
             self.rollback(start_len);
             return Err(err);
@@ -103,8 +123,21 @@ impl Session {
         let start_len = self.tokens.len();
         let mut clock = ForwardClock::default();
         let result = {
-            let Session { model, cache, logits, scratch, .. } = self;
-            run_in_pool(|| forward(model, cache, &[token], start_len, LogitsFor::Last, logits, scratch, &mut clock))
+            let Session {
+                model,
+                cache,
+                logits,
+                scratch,
+                ..
+            } = self;
+            run_in_pool(|| {
+                let block = Block {
+                    tokens: &[token],
+                    start: start_len,
+                    want: LogitsFor::Last,
+                };
+                forward(model, cache, block, logits, scratch, &mut clock)
+            })
         };
         if let Err(err) = result {
             self.rollback(start_len);
@@ -183,8 +216,16 @@ impl Session {
             return Err(ModelError::EmptyPrompt);
         }
         let vocab_size = self.model.config().vocab_size;
-        if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, &t)| t as usize >= vocab_size) {
-            return Err(ModelError::TokenOutOfRange { token, index, vocab_size });
+        if let Some((index, &token)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t as usize >= vocab_size)
+        {
+            return Err(ModelError::TokenOutOfRange {
+                token,
+                index,
+                vocab_size,
+            });
         }
         if self.tokens.len() + tokens.len() > self.max_context {
             return Err(ModelError::ContextOverflow {

@@ -23,7 +23,8 @@ impl TempDir {
     fn new() -> TempDir {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("spinkv-model-test-{}-{n}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("spinkv-model-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
@@ -62,22 +63,75 @@ fn tiny_tensors(untied: bool) -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
     let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32| {
         seed += 1;
         let n = shape.iter().product();
-        let values = random(seed, n, scale).into_iter().map(|v| v + offset).collect();
+        let values = random(seed, n, scale)
+            .into_iter()
+            .map(|v| v + offset)
+            .collect();
         t.insert(name, (shape, values));
     };
     let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
-    add("model.embed_tokens.weight".into(), vec![VOCAB, HIDDEN], 1.0, 0.0);
+    add(
+        "model.embed_tokens.weight".into(),
+        vec![VOCAB, HIDDEN],
+        1.0,
+        0.0,
+    );
     for i in 0..LAYERS {
         let p = format!("model.layers.{i}");
-        add(format!("{p}.input_layernorm.weight"), vec![HIDDEN], 0.2, 1.0);
-        add(format!("{p}.self_attn.q_proj.weight"), vec![q, HIDDEN], 0.3, 0.0);
-        add(format!("{p}.self_attn.k_proj.weight"), vec![kv, HIDDEN], 0.3, 0.0);
-        add(format!("{p}.self_attn.v_proj.weight"), vec![kv, HIDDEN], 0.3, 0.0);
-        add(format!("{p}.self_attn.o_proj.weight"), vec![HIDDEN, q], 0.2, 0.0);
-        add(format!("{p}.post_attention_layernorm.weight"), vec![HIDDEN], 0.2, 1.0);
-        add(format!("{p}.mlp.gate_proj.weight"), vec![INTER, HIDDEN], 0.3, 0.0);
-        add(format!("{p}.mlp.up_proj.weight"), vec![INTER, HIDDEN], 0.3, 0.0);
-        add(format!("{p}.mlp.down_proj.weight"), vec![HIDDEN, INTER], 0.2, 0.0);
+        add(
+            format!("{p}.input_layernorm.weight"),
+            vec![HIDDEN],
+            0.2,
+            1.0,
+        );
+        add(
+            format!("{p}.self_attn.q_proj.weight"),
+            vec![q, HIDDEN],
+            0.3,
+            0.0,
+        );
+        add(
+            format!("{p}.self_attn.k_proj.weight"),
+            vec![kv, HIDDEN],
+            0.3,
+            0.0,
+        );
+        add(
+            format!("{p}.self_attn.v_proj.weight"),
+            vec![kv, HIDDEN],
+            0.3,
+            0.0,
+        );
+        add(
+            format!("{p}.self_attn.o_proj.weight"),
+            vec![HIDDEN, q],
+            0.2,
+            0.0,
+        );
+        add(
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![HIDDEN],
+            0.2,
+            1.0,
+        );
+        add(
+            format!("{p}.mlp.gate_proj.weight"),
+            vec![INTER, HIDDEN],
+            0.3,
+            0.0,
+        );
+        add(
+            format!("{p}.mlp.up_proj.weight"),
+            vec![INTER, HIDDEN],
+            0.3,
+            0.0,
+        );
+        add(
+            format!("{p}.mlp.down_proj.weight"),
+            vec![HIDDEN, INTER],
+            0.2,
+            0.0,
+        );
     }
     add("model.norm.weight".into(), vec![HIDDEN], 0.2, 1.0);
     if untied {
@@ -118,13 +172,21 @@ fn serialize(tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, store: Store) -
             (name.clone(), shape.clone(), dtype, bytes)
         })
         .collect();
-    let views = encoded
-        .iter()
-        .map(|(name, shape, dtype, bytes)| (name.clone(), TensorView::new(*dtype, shape.clone(), bytes).unwrap()));
+    let views = encoded.iter().map(|(name, shape, dtype, bytes)| {
+        (
+            name.clone(),
+            TensorView::new(*dtype, shape.clone(), bytes).unwrap(),
+        )
+    });
     safetensors::serialize(views, None).unwrap()
 }
 
-fn write_model(dir: &Path, tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, store: Store, untied: bool) {
+fn write_model(
+    dir: &Path,
+    tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    store: Store,
+    untied: bool,
+) {
     std::fs::write(dir.join("config.json"), config_json(untied)).unwrap();
     std::fs::write(dir.join("model.safetensors"), serialize(tensors, store)).unwrap();
 }
@@ -142,15 +204,24 @@ fn prompt(n: usize) -> Vec<u32> {
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Straightforward f64 Llama forward over the whole sequence (no cache), written from the
 /// architecture: the independent check of RoPE layout, GQA mapping, causal mask and MLP.
-fn reference_logits(tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, tokens: &[u32], untied: bool) -> Vec<f32> {
+fn reference_logits(
+    tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    tokens: &[u32],
+    untied: bool,
+) -> Vec<f32> {
     let get = |name: &str| -> Vec<f64> { tensors[name].1.iter().map(|&v| v as f64).collect() };
     let matvec = |w: &[f64], x: &[f64]| -> Vec<f64> {
-        w.chunks_exact(x.len()).map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+        w.chunks_exact(x.len())
+            .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
+            .collect()
     };
     let norm = |x: &[f64], g: &[f64]| -> Vec<f64> {
         let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
@@ -169,8 +240,10 @@ fn reference_logits(tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, tokens: 
         }
     };
     let embed = get("model.embed_tokens.weight");
-    let mut xs: Vec<Vec<f64>> =
-        tokens.iter().map(|&t| embed[t as usize * HIDDEN..(t as usize + 1) * HIDDEN].to_vec()).collect();
+    let mut xs: Vec<Vec<f64>> = tokens
+        .iter()
+        .map(|&t| embed[t as usize * HIDDEN..(t as usize + 1) * HIDDEN].to_vec())
+        .collect();
     for l in 0..LAYERS {
         let p = format!("model.layers.{l}");
         let (wq, wk, wv, wo) = (
@@ -179,7 +252,10 @@ fn reference_logits(tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, tokens: 
             get(&format!("{p}.self_attn.v_proj.weight")),
             get(&format!("{p}.self_attn.o_proj.weight")),
         );
-        let normed: Vec<Vec<f64>> = xs.iter().map(|x| norm(x, &get(&format!("{p}.input_layernorm.weight")))).collect();
+        let normed: Vec<Vec<f64>> = xs
+            .iter()
+            .map(|x| norm(x, &get(&format!("{p}.input_layernorm.weight"))))
+            .collect();
         let mut qs: Vec<Vec<f64>> = normed.iter().map(|x| matvec(&wq, x)).collect();
         let mut ks: Vec<Vec<f64>> = normed.iter().map(|x| matvec(&wk, x)).collect();
         let vs: Vec<Vec<f64>> = normed.iter().map(|x| matvec(&wv, x)).collect();
@@ -209,15 +285,26 @@ fn reference_logits(tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, tokens: 
             }
             let o = matvec(&wo, &attn);
             xs[t].iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-            let n = norm(&xs[t], &get(&format!("{p}.post_attention_layernorm.weight")));
+            let n = norm(
+                &xs[t],
+                &get(&format!("{p}.post_attention_layernorm.weight")),
+            );
             let g = matvec(&get(&format!("{p}.mlp.gate_proj.weight")), &n);
             let u = matvec(&get(&format!("{p}.mlp.up_proj.weight")), &n);
-            let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let h: Vec<f64> = g
+                .iter()
+                .zip(&u)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
             let d = matvec(&get(&format!("{p}.mlp.down_proj.weight")), &h);
             xs[t].iter_mut().zip(&d).for_each(|(x, d)| *x += d);
         }
     }
-    let head = get(if untied { "lm_head.weight" } else { "model.embed_tokens.weight" });
+    let head = get(if untied {
+        "lm_head.weight"
+    } else {
+        "model.embed_tokens.weight"
+    });
     xs.iter()
         .flat_map(|x| matvec(&head, &norm(x, &get("model.norm.weight"))))
         .map(|v| v as f32)
@@ -257,7 +344,10 @@ fn prefill_all_logits_equals_stepwise_decode() {
         let mut worst = max_abs_diff(stepwise.last_logits(), &all[..VOCAB]);
         for (t, &token) in tokens.iter().enumerate().skip(1) {
             stepwise.decode(token).unwrap();
-            worst = worst.max(max_abs_diff(stepwise.last_logits(), &all[t * VOCAB..(t + 1) * VOCAB]));
+            worst = worst.max(max_abs_diff(
+                stepwise.last_logits(),
+                &all[t * VOCAB..(t + 1) * VOCAB],
+            ));
         }
         assert!(worst < 1e-4, "max |Δlogit| prefill vs decode = {worst}");
         assert_eq!(stepwise.tokens(), &tokens[..]);
@@ -300,17 +390,26 @@ fn sharded_weights_load_like_a_single_file() {
     write_model(&single.0, &tensors, Store::F16, false);
     let sharded = TempDir::new();
     std::fs::write(sharded.0.join("config.json"), config_json(false)).unwrap();
-    let (first, second): (BTreeMap<_, _>, BTreeMap<_, _>) =
-        tensors.clone().into_iter().partition(|(name, _)| name.contains("layers.0") || name.contains("embed"));
+    let (first, second): (BTreeMap<_, _>, BTreeMap<_, _>) = tensors
+        .clone()
+        .into_iter()
+        .partition(|(name, _)| name.contains("layers.0") || name.contains("embed"));
     let mut weight_map = serde_json::Map::new();
-    for (file, part) in [("model-00001-of-00002.safetensors", &first), ("model-00002-of-00002.safetensors", &second)] {
+    for (file, part) in [
+        ("model-00001-of-00002.safetensors", &first),
+        ("model-00002-of-00002.safetensors", &second),
+    ] {
         std::fs::write(sharded.0.join(file), serialize(part, Store::F16)).unwrap();
         for name in part.keys() {
             weight_map.insert(name.clone(), file.into());
         }
     }
     let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
-    std::fs::write(sharded.0.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    std::fs::write(
+        sharded.0.join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
 
     let tokens = prompt(12);
     let logits = |dir: &Path| {
@@ -374,12 +473,17 @@ fn missing_tensor_wrong_shape_and_dtype_are_named() {
     embed.1.truncate((VOCAB - 1) * HIDDEN);
     write_model(&dir.0, &tensors, Store::F32, false);
     let err = load_err(&dir.0);
-    assert!(matches!(&err, ModelError::ShapeMismatch { name, .. } if name == "model.embed_tokens.weight"), "{err}");
+    assert!(
+        matches!(&err, ModelError::ShapeMismatch { name, .. } if name == "model.embed_tokens.weight"),
+        "{err}"
+    );
 
     // Untied config without lm_head.weight.
     write_model(&dir.0, &tiny_tensors(false), Store::F32, false);
     std::fs::write(dir.0.join("config.json"), config_json(true)).unwrap();
-    assert!(matches!(load_err(&dir.0), ModelError::MissingTensor { name } if name == "lm_head.weight"));
+    assert!(
+        matches!(load_err(&dir.0), ModelError::MissingTensor { name } if name == "lm_head.weight")
+    );
 
     // Integer weights.
     let tensors = tiny_tensors(false);
@@ -387,7 +491,10 @@ fn missing_tensor_wrong_shape_and_dtype_are_named() {
         .iter()
         .map(|(n, (s, v))| {
             let (dtype, bytes) = if n == "model.norm.weight" {
-                (Dtype::I32, v.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect())
+                (
+                    Dtype::I32,
+                    v.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect(),
+                )
             } else {
                 encode(v, Store::F32)
             };
@@ -395,23 +502,35 @@ fn missing_tensor_wrong_shape_and_dtype_are_named() {
         })
         .collect();
     let bytes = safetensors::serialize(
-        views.iter().map(|(n, s, d, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())),
+        views
+            .iter()
+            .map(|(n, s, d, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())),
         None,
     )
     .unwrap();
     std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
     std::fs::write(dir.0.join("model.safetensors"), bytes).unwrap();
-    assert!(matches!(load_err(&dir.0), ModelError::UnsupportedDtype { .. }));
+    assert!(matches!(
+        load_err(&dir.0),
+        ModelError::UnsupportedDtype { .. }
+    ));
 }
 
 #[test]
 fn missing_dir_weights_and_bad_architecture() {
     let dir = TempDir::new();
-    assert!(matches!(load_err(&dir.0.join("nope")), ModelError::MissingDir(_)));
+    assert!(matches!(
+        load_err(&dir.0.join("nope")),
+        ModelError::MissingDir(_)
+    ));
     assert!(matches!(load_err(&dir.0), ModelError::Io { .. }));
     std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
     assert!(matches!(load_err(&dir.0), ModelError::NoWeights(_)));
-    std::fs::write(dir.0.join("config.json"), config_json(false).replace("LlamaForCausalLM", "BertModel")).unwrap();
+    std::fs::write(
+        dir.0.join("config.json"),
+        config_json(false).replace("LlamaForCausalLM", "BertModel"),
+    )
+    .unwrap();
     let err = load_err(&dir.0);
     assert!(matches!(err, ModelError::UnsupportedArchitecture(_)));
     assert!(err.to_string().contains("BertModel"));
@@ -420,16 +539,32 @@ fn missing_dir_weights_and_bad_architecture() {
 #[test]
 fn context_and_token_errors_leave_the_session_untouched() {
     let (_dir, model) = tiny_model(Store::F32, false);
-    let kv = KvConfig { max_tokens: 16, ..KvConfig::fp16() };
+    let kv = KvConfig {
+        max_tokens: 16,
+        ..KvConfig::fp16()
+    };
     let mut session = Session::new(model, kv).unwrap();
     assert_eq!(session.max_context(), 16);
     session.prefill(&prompt(10), false).unwrap();
     let logits = session.last_logits().to_vec();
     let err = session.prefill(&prompt(7), false).unwrap_err();
-    assert!(matches!(err, ModelError::ContextOverflow { len: 10, adding: 7, max: 16 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            ModelError::ContextOverflow {
+                len: 10,
+                adding: 7,
+                max: 16
+            }
+        ),
+        "{err}"
+    );
     let err = session.decode(VOCAB as u32).unwrap_err();
     assert!(matches!(err, ModelError::TokenOutOfRange { .. }), "{err}");
-    assert!(matches!(session.prefill(&[], false), Err(ModelError::EmptyPrompt)));
+    assert!(matches!(
+        session.prefill(&[], false),
+        Err(ModelError::EmptyPrompt)
+    ));
     assert_eq!(session.len(), 10);
     assert_eq!(session.last_logits(), &logits[..]);
     session.prefill(&prompt(6), false).unwrap();
@@ -442,9 +577,17 @@ fn session_sampling_is_seeded_and_timed() {
     let (_dir, model) = tiny_model(Store::F16, false);
     let run = || {
         let mut session = Session::new(model.clone(), KvConfig::fp16()).unwrap();
-        let params = SamplerParams { temperature: 0.8, top_p: 0.95, seed: Some(7), ..Default::default() };
+        let params = SamplerParams {
+            temperature: 0.8,
+            top_p: 0.95,
+            seed: Some(7),
+            ..Default::default()
+        };
         let mut sampler = Sampler::new(params).unwrap();
-        assert!(matches!(session.sample(&mut sampler), Err(ModelError::NoLogits)));
+        assert!(matches!(
+            session.sample(&mut sampler),
+            Err(ModelError::NoLogits)
+        ));
         session.prefill(&prompt(5), false).unwrap();
         let mut out = Vec::new();
         for _ in 0..10 {
@@ -453,9 +596,19 @@ fn session_sampling_is_seeded_and_timed() {
             out.push(t);
         }
         let timings = session.timings().clone();
-        assert_eq!((timings.prefill_tokens, timings.decode_tokens, timings.samples), (5, 10, 10));
+        assert_eq!(
+            (
+                timings.prefill_tokens,
+                timings.decode_tokens,
+                timings.samples
+            ),
+            (5, 10, 10)
+        );
         assert!(timings.prefill_ns > 0 && timings.decode_ns > 0 && timings.matmul_ns > 0);
-        assert!(timings.attention_ns + timings.matmul_ns + timings.other_ns <= timings.prefill_ns + timings.decode_ns);
+        assert!(
+            timings.attention_ns + timings.matmul_ns + timings.other_ns
+                <= timings.prefill_ns + timings.decode_ns
+        );
         session.reset_timings();
         assert_eq!(session.timings(), &PhaseTimings::default());
         out

@@ -28,7 +28,11 @@ pub(crate) struct Matrix {
 #[derive(Clone, Debug)]
 enum Storage {
     /// Byte range inside `Weights::shards[shard]`, aligned for `dtype` (checked at load).
-    Mapped { shard: usize, start: usize, end: usize },
+    Mapped {
+        shard: usize,
+        start: usize,
+        end: usize,
+    },
     /// Fallback for a tensor whose offset is not aligned for its dtype (legal in safetensors,
     /// never produced by the usual writers): copied once into aligned memory.
     Owned(OwnedData),
@@ -77,9 +81,15 @@ impl Weights {
                 // cannot fail; the fallback keeps that an invariant rather than a panic site.
                 let cast_failed = "weight alignment verified at load";
                 match m.dtype {
-                    WeightDtype::F16 => WeightRef::F16(bytemuck::try_cast_slice(bytes).expect(cast_failed)),
-                    WeightDtype::Bf16 => WeightRef::Bf16(bytemuck::try_cast_slice(bytes).expect(cast_failed)),
-                    WeightDtype::F32 => WeightRef::F32(bytemuck::try_cast_slice(bytes).expect(cast_failed)),
+                    WeightDtype::F16 => {
+                        WeightRef::F16(bytemuck::try_cast_slice(bytes).expect(cast_failed))
+                    }
+                    WeightDtype::Bf16 => {
+                        WeightRef::Bf16(bytemuck::try_cast_slice(bytes).expect(cast_failed))
+                    }
+                    WeightDtype::F32 => {
+                        WeightRef::F32(bytemuck::try_cast_slice(bytes).expect(cast_failed))
+                    }
                 }
             }
         }
@@ -116,8 +126,12 @@ impl Weights {
             let data_start = 8 + header_len;
             for (name, info) in metadata.tensors() {
                 let (begin, end) = info.data_offsets;
-                let start = data_start.checked_add(begin).ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
-                let stop = data_start.checked_add(end).ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
+                let start = data_start
+                    .checked_add(begin)
+                    .ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
+                let stop = data_start
+                    .checked_add(end)
+                    .ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
                 if stop > map.len() || start > stop {
                     return Err(corrupt(format!("tensor {name} lies outside the file")));
                 }
@@ -140,7 +154,11 @@ impl Weights {
             files: &files,
             index: &index,
         };
-        let (h, m, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
+        let (h, m, v) = (
+            config.hidden_size,
+            config.intermediate_size,
+            config.vocab_size,
+        );
         let (q, kv) = (config.q_width(), config.kv_width());
         let embed_tokens = loader.matrix("model.embed_tokens.weight", v, h)?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
@@ -192,10 +210,17 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn locate(&self, name: &str, expected: &[usize]) -> Result<(&TensorLocation, WeightDtype), ModelError> {
-        let loc = self.index.get(name).ok_or_else(|| ModelError::MissingTensor {
-            name: name.to_string(),
-        })?;
+    fn locate(
+        &self,
+        name: &str,
+        expected: &[usize],
+    ) -> Result<(&TensorLocation, WeightDtype), ModelError> {
+        let loc = self
+            .index
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: name.to_string(),
+            })?;
         let file = file_name(&self.files[loc.shard]);
         let dtype = match loc.dtype {
             Dtype::F16 => WeightDtype::F16,
@@ -221,7 +246,10 @@ impl Loader<'_> {
         if loc.end - loc.start != elements * dtype.size_bytes() {
             return Err(ModelError::Safetensors {
                 path: self.files[loc.shard].clone(),
-                reason: format!("tensor {name} has {} bytes for shape {expected:?}", loc.end - loc.start),
+                reason: format!(
+                    "tensor {name} has {} bytes for shape {expected:?}",
+                    loc.end - loc.start
+                ),
             });
         }
         Ok((loc, dtype))
@@ -257,15 +285,23 @@ impl Loader<'_> {
         let (loc, dtype) = self.locate(name, &[len])?;
         let bytes = &self.shards[loc.shard][loc.start..loc.end];
         Ok(match dtype {
-            WeightDtype::F16 => bytemuck::pod_collect_to_vec::<u8, f16>(bytes).iter().map(|v| v.to_f32()).collect(),
-            WeightDtype::Bf16 => bytemuck::pod_collect_to_vec::<u8, bf16>(bytes).iter().map(|v| v.to_f32()).collect(),
+            WeightDtype::F16 => bytemuck::pod_collect_to_vec::<u8, f16>(bytes)
+                .iter()
+                .map(|v| v.to_f32())
+                .collect(),
+            WeightDtype::Bf16 => bytemuck::pod_collect_to_vec::<u8, bf16>(bytes)
+                .iter()
+                .map(|v| v.to_f32())
+                .collect(),
             WeightDtype::F32 => bytemuck::pod_collect_to_vec::<u8, f32>(bytes),
         })
     }
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// model.safetensors, or the shards named by model.safetensors.index.json (in sorted order).

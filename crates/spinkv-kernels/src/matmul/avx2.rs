@@ -14,7 +14,13 @@ const TOKENS: usize = 4;
 /// # Safety
 /// CPU must support AVX2+FMA+F16C; shapes as checked by `super::check_shapes`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matmul<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+pub(crate) unsafe fn matmul<L: Lanes>(
+    w: &[L],
+    k: usize,
+    x: &[f32],
+    rows: Range<usize>,
+    y: &mut [f32],
+) {
     super::check_shapes_generic(w.len(), k, x, &rows, y);
     let n_tokens = x.len() / k;
     let n_out = rows.len();
@@ -68,6 +74,8 @@ struct TileArgs<L> {
 
 /// # Safety
 /// AVX2+FMA+F16C; pointers valid for R rows / T tokens of `k` elements and the T×R outputs.
+// Index loops over the register tile: const bounds, fully unrolled, arrays stay in registers.
+#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile<L: Lanes, const R: usize, const T: usize>(a: TileArgs<L>) {

@@ -38,12 +38,26 @@ pub(crate) fn check_shapes(w: WeightRef<'_>, k: usize, x: &[f32], rows: &Range<u
     check_shapes_generic(w.len(), k, x, rows, y)
 }
 
-pub(crate) fn check_shapes_generic(w_len: usize, k: usize, x: &[f32], rows: &Range<usize>, y: &[f32]) {
+pub(crate) fn check_shapes_generic(
+    w_len: usize,
+    k: usize,
+    x: &[f32],
+    rows: &Range<usize>,
+    y: &[f32],
+) {
     assert!(k > 0, "matmul: k must be positive");
     assert!(rows.start <= rows.end, "matmul: reversed row range");
-    assert!(w_len >= rows.end * k, "matmul: weight has fewer than {} rows", rows.end);
+    assert!(
+        w_len >= rows.end * k,
+        "matmul: weight has fewer than {} rows",
+        rows.end
+    );
     assert_eq!(x.len() % k, 0, "matmul: x is not [n_tokens, k]");
-    assert_eq!(y.len(), x.len() / k * rows.len(), "matmul: y is not [n_tokens, rows]");
+    assert_eq!(
+        y.len(),
+        x.len() / k * rows.len(),
+        "matmul: y is not [n_tokens, rows]"
+    );
 }
 
 #[cfg(test)]
@@ -68,7 +82,12 @@ mod tests {
             }
         }
         for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-            assert_close(*g, *e, k as f32, &format!("matmul k={k} tokens={n_tokens} i={i}"));
+            assert_close(
+                *g,
+                *e,
+                k as f32,
+                &format!("matmul k={k} tokens={n_tokens} i={i}"),
+            );
         }
     }
 

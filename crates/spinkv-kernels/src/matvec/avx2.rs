@@ -10,7 +10,13 @@ const ROWS: usize = 4;
 /// # Safety
 /// CPU must support AVX2+FMA+F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matvec<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+pub(crate) unsafe fn matvec<L: Lanes>(
+    w: &[L],
+    k: usize,
+    x: &[f32],
+    rows: Range<usize>,
+    y: &mut [f32],
+) {
     super::check_shapes(w.len(), k, x, &rows, y);
     let mut r = rows.start;
     let mut out = 0;
@@ -30,6 +36,8 @@ pub(crate) unsafe fn matvec<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<
 
 /// # Safety
 /// AVX2+FMA+F16C; `w` valid for `R` rows of `k` elements; `x.len() == k`; `y.len() == R`.
+// Index loops over the register tile: const bounds, fully unrolled, arrays stay in registers.
+#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_block<L: Lanes, const R: usize>(w: *const L, k: usize, x: &[f32], y: &mut [f32]) {

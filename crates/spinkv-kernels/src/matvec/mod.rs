@@ -33,7 +33,11 @@ pub fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut
 pub(crate) fn check_shapes(w_len: usize, k: usize, x: &[f32], rows: &Range<usize>, y: &[f32]) {
     assert!(k > 0, "matvec: k must be positive");
     assert!(rows.start <= rows.end, "matvec: reversed row range");
-    assert!(w_len >= rows.end * k, "matvec: weight has fewer than {} rows", rows.end);
+    assert!(
+        w_len >= rows.end * k,
+        "matvec: weight has fewer than {} rows",
+        rows.end
+    );
     assert_eq!(x.len(), k, "matvec: x is not [k]");
     assert_eq!(y.len(), rows.len(), "matvec: y is not [rows]");
 }
@@ -56,7 +60,11 @@ mod tests {
                 let x = random_vec(99, k);
                 let w16: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
                 let wb16: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
-                for w in [WeightRef::F16(&w16), WeightRef::Bf16(&wb16), WeightRef::F32(&raw)] {
+                for w in [
+                    WeightRef::F16(&w16),
+                    WeightRef::Bf16(&wb16),
+                    WeightRef::F32(&raw),
+                ] {
                     for rows in [0..n_rows, n_rows / 2..n_rows] {
                         let mut expected = vec![0.0; rows.len()];
                         scalar::matvec(w, k, &x, rows.clone(), &mut expected);
@@ -72,7 +80,12 @@ mod tests {
                             }
                         }
                         for (g, e) in got.iter().zip(&expected) {
-                            assert_close(*g, *e, k as f32, &format!("matvec {:?} k={k}", w.dtype()));
+                            assert_close(
+                                *g,
+                                *e,
+                                k as f32,
+                                &format!("matvec {:?} k={k}", w.dtype()),
+                            );
                         }
                     }
                 }

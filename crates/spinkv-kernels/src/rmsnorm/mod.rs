@@ -17,7 +17,11 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 pub(crate) fn check_shapes(x: &[f32], weight: &[f32], out: &[f32]) {
-    assert_eq!(x.len(), weight.len(), "rmsnorm: x and weight differ in length");
+    assert_eq!(
+        x.len(),
+        weight.len(),
+        "rmsnorm: x and weight differ in length"
+    );
     assert_eq!(x.len(), out.len(), "rmsnorm: x and out differ in length");
 }
 

@@ -24,7 +24,10 @@ pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
 }
 
 pub(crate) fn check_shapes(x: &[f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
-    assert!(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim must be even and positive");
+    assert!(
+        head_dim > 0 && head_dim % 2 == 0,
+        "rope: head_dim must be even and positive"
+    );
     assert_eq!(x.len() % head_dim, 0, "rope: x is not [n_heads, head_dim]");
     assert_eq!(cos.len(), head_dim / 2, "rope: cos is not [head_dim / 2]");
     assert_eq!(sin.len(), head_dim / 2, "rope: sin is not [head_dim / 2]");
@@ -40,8 +43,9 @@ pub fn rope_tables(
     positions: Range<usize>,
 ) -> (Vec<f32>, Vec<f32>) {
     let half = head_dim / 2;
-    let inv_freq: Vec<f64> =
-        (0..half).map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64)).collect();
+    let inv_freq: Vec<f64> = (0..half)
+        .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64))
+        .collect();
     let mut cos = Vec::with_capacity(positions.len() * half);
     let mut sin = Vec::with_capacity(positions.len() * half);
     for pos in positions {

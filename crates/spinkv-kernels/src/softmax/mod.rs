@@ -38,7 +38,10 @@ mod tests {
             unsafe { avx2::softmax_inplace(&mut got) };
             for (g, e) in got.iter().zip(&expected) {
                 // Probabilities: absolute 1e-6 plus relative 1e-5.
-                assert!((g - e).abs() <= 1e-6 + 1e-5 * e, "softmax n={n}: {g} vs {e}");
+                assert!(
+                    (g - e).abs() <= 1e-6 + 1e-5 * e,
+                    "softmax n={n}: {g} vs {e}"
+                );
             }
             let total: f32 = got.iter().sum();
             assert!((total - 1.0).abs() < 1e-4, "softmax n={n} sums to {total}");

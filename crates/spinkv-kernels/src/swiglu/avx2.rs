@@ -18,7 +18,10 @@ pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
             let u = _mm256_loadu_ps(up.as_ptr().add(i));
             // exp saturates near f32::MAX for g < -88, so silu(g) rounds to ~0 as in the scalar path.
             let denom = _mm256_add_ps(one, exp(_mm256_sub_ps(_mm256_setzero_ps(), g)));
-            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(_mm256_div_ps(g, denom), u));
+            _mm256_storeu_ps(
+                gate.as_mut_ptr().add(i),
+                _mm256_mul_ps(_mm256_div_ps(g, denom), u),
+            );
         }
         i += 8;
     }

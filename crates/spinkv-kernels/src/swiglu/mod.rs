@@ -36,7 +36,10 @@ mod tests {
             // SAFETY: CPU support checked above.
             unsafe { avx2::swiglu(&mut got, &up) };
             for (g, e) in got.iter().zip(&expected) {
-                assert!((g - e).abs() <= 1e-6 + 1e-5 * e.abs(), "swiglu n={n}: {g} vs {e}");
+                assert!(
+                    (g - e).abs() <= 1e-6 + 1e-5 * e.abs(),
+                    "swiglu n={n}: {g} vs {e}"
+                );
             }
         }
     }

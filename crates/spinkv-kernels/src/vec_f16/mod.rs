@@ -43,11 +43,19 @@ mod tests {
             return;
         }
         for &n in &AWKWARD_SIZES {
-            let x: Vec<f16> = random_vec(n as u64, n).iter().map(|&v| f16::from_f32(v)).collect();
+            let x: Vec<f16> = random_vec(n as u64, n)
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect();
             let y = random_vec(n as u64 + 9, n);
             // SAFETY: CPU support checked above.
             let got = unsafe { avx2::dot_f16(&x, &y) };
-            assert_close(got, scalar::dot_f16(&x, &y), n as f32, &format!("dot_f16 n={n}"));
+            assert_close(
+                got,
+                scalar::dot_f16(&x, &y),
+                n as f32,
+                &format!("dot_f16 n={n}"),
+            );
             let mut expected = y.clone();
             let mut got = y.clone();
             scalar::axpy_f16(-1.5, &x, &mut expected);

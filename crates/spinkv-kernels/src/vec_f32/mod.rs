@@ -43,7 +43,12 @@ mod tests {
             let y = random_vec(n as u64 + 5, n);
             // SAFETY: CPU support checked above.
             let got = unsafe { avx2::dot_f32(&x, &y) };
-            assert_close(got, scalar::dot_f32(&x, &y), n as f32, &format!("dot_f32 n={n}"));
+            assert_close(
+                got,
+                scalar::dot_f32(&x, &y),
+                n as f32,
+                &format!("dot_f32 n={n}"),
+            );
             let mut expected = y.clone();
             let mut got = y.clone();
             scalar::axpy_f32(0.37, &x, &mut expected);

@@ -1,0 +1,469 @@
+"""The `spinkv` command end to end: real processes, the real runtime, real model files.
+
+Every bad input must give one line on stderr, exit code 2 and no traceback or panic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import spinkv
+from spinkv.commands.chat import parse_command, read_message
+from spinkv.commands.failures import describe
+from spinkv.errors import InvalidInputError
+
+SOURCE_ROOT = str(Path(spinkv.__file__).resolve().parent.parent)
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for a child `spinkv`: the same spinkv this test imports."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([SOURCE_ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("SPINKV_DEBUG", None)
+    env.update(extra)
+    return env
+
+
+def spinkv_cli(
+    *args: str, stdin: str | None = None, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spinkv", *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(**env),
+    )
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output and "panicked" not in output, output
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def tiny(native: ModuleType, make_tiny: Callable[..., Path]) -> Path:
+    return make_tiny()
+
+
+def broken_copy(src: Path, dst: Path, **config: Any) -> Path:
+    shutil.copytree(src, dst)
+    if config:
+        path = dst / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    return dst
+
+
+# ---- chat input parsing (pure) -----------------------------------------------------------
+
+
+def _lines(*lines: str) -> Callable[[str], str]:
+    feed = iter(lines)
+
+    def read_line(prompt: str) -> str:
+        try:
+            return next(feed)
+        except StopIteration:
+            raise EOFError from None
+
+    return read_line
+
+
+def test_read_message_single_line() -> None:
+    assert read_message(_lines("hello there")) == "hello there"
+
+
+def test_read_message_triple_quoted_block() -> None:
+    reader = _lines('"""first line', "second line", 'third"""', "next")
+    assert read_message(reader) == "first line\nsecond line\nthird"
+    assert read_message(reader) == "next"
+
+
+def test_read_message_block_on_one_line_and_bare_quotes() -> None:
+    assert read_message(_lines('"""all in one"""')) == "all in one"
+    assert read_message(_lines('"""', "a", "b", '"""')) == "a\nb"
+
+
+def test_read_message_block_cut_by_end_of_input() -> None:
+    with pytest.raises(EOFError):
+        read_message(_lines('"""never closed', "more"))
+
+
+def test_parse_command() -> None:
+    assert parse_command("/system  Be brief. ") == ("/system", "Be brief.")
+    assert parse_command("/STATS") == ("/stats", "")
+    assert parse_command("hello /clear") is None
+    assert parse_command("//not a command") is None
+
+
+def test_describe_errors_in_one_line() -> None:
+    error = FileNotFoundError(2, "No such file or directory", "/nope/config.json")
+    assert describe(error) == "No such file or directory: /nope/config.json"
+    assert describe(InvalidInputError("bad\nthing")) == "bad thing"
+
+
+# ---- run ---------------------------------------------------------------------------------
+
+
+def test_help() -> None:
+    done = spinkv_cli("--help")
+    assert done.returncode == 0
+    for command in ("run", "chat", "models"):
+        assert command in done.stdout
+
+
+def test_run_streams_text_and_reports_timings(tiny: Path) -> None:
+    done = spinkv_cli("run", "hello there", "--model", str(tiny), "-n", "8")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("\n")
+    timing = done.stderr.strip().splitlines()[-1]
+    for field in ("load", "tokenize", "prefill", "first token", "decode", "sampling", "threads"):
+        assert field in timing, timing
+    assert spinkv._native.isa() in timing
+
+
+def test_run_json_record(tiny: Path) -> None:
+    done = spinkv_cli("run", "hello there", "--model", str(tiny), "-n", "8", "--json")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert set(record) >= {
+        "text",
+        "prompt_tokens",
+        "completion_tokens",
+        "finish_reason",
+        "timings",
+    }
+    assert record["finish_reason"] in ("stop", "length")
+    assert record["completion_tokens"] <= 8
+    timings = record["timings"]
+    assert timings["prefill_tokens"] == record["prompt_tokens"]
+    assert timings["isa"] == spinkv._native.isa() and timings["threads"] >= 1
+    for key in ("load_ms", "prefill_ms", "first_token_ms", "decode_ms", "sampling_ms"):
+        assert timings[key] is not None
+
+
+def test_run_quiet_prints_only_the_text(tiny: Path) -> None:
+    quiet = spinkv_cli("run", "hello there", "--model", str(tiny), "-n", "8", "--quiet")
+    record = json.loads(
+        spinkv_cli("run", "hello there", "--model", str(tiny), "-n", "8", "--json").stdout
+    )
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert quiet.stdout.rstrip("\n") == record["text"].rstrip("\n")
+
+
+def test_run_verbose_adds_the_runtime_breakdown(tiny: Path) -> None:
+    done = spinkv_cli("run", "hello", "--model", str(tiny), "-n", "4", "--verbose")
+    assert done.returncode == 0, done.stderr
+    for kind in ("attention", "matmul", "other"):
+        assert kind in done.stderr
+
+
+def test_run_reads_stdin(tiny: Path) -> None:
+    by_argument = spinkv_cli("run", "hello there", "--model", str(tiny), "-n", "6", "--json")
+    dash = spinkv_cli("run", "-", "--model", str(tiny), "-n", "6", "--json", stdin="hello there")
+    piped = spinkv_cli("run", "--model", str(tiny), "-n", "6", "--json", stdin="hello there")
+    expected = json.loads(by_argument.stdout)
+    for done in (dash, piped):
+        assert done.returncode == 0, done.stderr
+        record = json.loads(done.stdout)
+        assert record["text"] == expected["text"]
+        assert record["prompt_tokens"] == expected["prompt_tokens"]
+
+
+def test_run_sampling_flags_and_kv_options_reach_the_runtime(tiny: Path) -> None:
+    args = ["run", "hello", "--model", str(tiny), "-n", "8", "--json", "--seed", "3"]
+    sampled = ["--temperature", "0.9", "--top-k", "20", "--top-p", "0.9", "--min-p", "0.01"]
+    a = spinkv_cli(*args, *sampled, "--repeat-penalty", "1.1", "--repeat-last-n", "16")
+    b = spinkv_cli(*args, *sampled, "--repeat-penalty", "1.1", "--repeat-last-n", "16")
+    assert a.returncode == 0, a.stderr
+    assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
+    fp16 = spinkv_cli(*args, "--kv", "fp16", "--kv-page", "16")
+    assert fp16.returncode == 0, fp16.stderr
+
+
+def test_default_model_knows_the_capital_of_france(default_model_dir: Path) -> None:
+    # No --model: the default model from the store this test session uses (SPINKV_HOME).
+    done = spinkv_cli("run", "What is the capital of France?")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("The capital of France is Paris."), done.stdout
+
+
+# ---- bad input: one line, exit code 2 ----------------------------------------------------
+
+
+def test_missing_model_directory(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(missing)), str(missing))
+
+
+def test_unsupported_architecture(tiny: Path, tmp_path: Path) -> None:
+    bert = broken_copy(tiny, tmp_path / "bert", architectures=["BertModel"], model_type="bert")
+    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(bert)), "BertModel")
+
+
+def test_truncated_safetensors(tiny: Path, tmp_path: Path) -> None:
+    model = broken_copy(tiny, tmp_path / "truncated")
+    weights = model / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(model)), "safetensors")
+
+
+def test_corrupted_safetensors_header(tiny: Path, tmp_path: Path) -> None:
+    model = broken_copy(tiny, tmp_path / "corrupted")
+    with open(model / "model.safetensors", "r+b") as weights:
+        weights.seek(8)
+        weights.write(b"\x00not json{{{" * 4)
+    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(model)), "safetensors")
+
+
+def test_corrupted_safetensors_header_length(tiny: Path, tmp_path: Path) -> None:
+    model = broken_copy(tiny, tmp_path / "bad-length")
+    with open(model / "model.safetensors", "r+b") as weights:
+        weights.write((2**62).to_bytes(8, "little"))
+    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(model)), "safetensors")
+
+
+@pytest.mark.parametrize("delta", [+100, -100])
+def test_vocab_and_embedding_mismatch(tiny: Path, tmp_path: Path, delta: int) -> None:
+    vocab = json.loads((tiny / "config.json").read_text())["vocab_size"]
+    model = broken_copy(tiny, tmp_path / "vocab", vocab_size=vocab + delta)
+    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(model)), str(vocab + delta))
+
+
+def test_prompt_longer_than_the_context(make_tiny: Callable[..., Path], native: ModuleType) -> None:
+    short = make_tiny(max_position_embeddings=48)
+    done = spinkv_cli("run", "word " * 200, "--model", str(short))
+    assert_one_line_error(done, "context", "48")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "name"),
+    [
+        ("--temperature", "-1", "temperature"),
+        ("--top-p", "0", "top_p"),
+        ("--top-k", "-3", "top_k"),
+        ("--min-p", "1.5", "min_p"),
+        ("--repeat-penalty", "0", "repetition_penalty"),
+        ("--temperature", "nan", "temperature"),
+        ("--temperature", "warm", "--temperature"),
+    ],
+)
+def test_invalid_sampling_values(tiny: Path, flag: str, value: str, name: str) -> None:
+    done = spinkv_cli("run", "hi", "--model", str(tiny), f"{flag}={value}")
+    assert_one_line_error(done, name)
+
+
+def test_invalid_run_settings(tiny: Path) -> None:
+    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(tiny), "--kv", "nope"), "nope")
+    assert_one_line_error(
+        spinkv_cli("run", "hi", "--model", str(tiny), "--threads", "0"), "threads"
+    )
+    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(tiny), "-n", "0"), "max_tokens")
+    assert_one_line_error(spinkv_cli("run", "--model", str(tiny), stdin="  \n"), "empty")
+    assert_one_line_error(spinkv_cli("run", "hi", "--no-such-flag"), "--no-such-flag")
+
+
+def test_debug_setting_shows_the_traceback(tmp_path: Path) -> None:
+    done = spinkv_cli("run", "hi", "--model", str(tmp_path / "nope"), SPINKV_DEBUG="1")
+    assert done.returncode == 2
+    assert "Traceback" in done.stderr and "error: " in done.stderr
+
+
+# ---- chat --------------------------------------------------------------------------------
+
+
+def test_chat_session_with_commands(tiny: Path) -> None:
+    script = "\n".join(
+        [
+            "hello",
+            '"""first line',
+            'second line"""',
+            "/stats",
+            "/system Be brief.",
+            "third turn",
+            "/clear",
+            "/stats",
+            "/help",
+            "/nope",
+            "/exit",
+            "never read",
+        ]
+    )
+    done = spinkv_cli("chat", "--model", str(tiny), "-n", "6", stdin=script + "\n")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "KV cache" in done.stderr
+    turns = [
+        line.split()[-1] for line in done.stderr.splitlines() if line.strip().startswith("turns")
+    ]
+    assert turns == ["2", "0"], "the block was one message; /clear forgot everything"
+    assert "system prompt: Be brief." in done.stderr
+    assert "unknown command /nope" in done.stderr
+    assert "/system" in done.stderr  # the help text
+    timing_lines = [line for line in done.stderr.splitlines() if "prefill" in line]
+    assert len(timing_lines) == 3
+    assert "load" in timing_lines[0] and "load" not in timing_lines[1]
+    assert "cached" in timing_lines[1], "the second turn reuses the cache"
+
+
+def test_chat_reports_context_overflow_and_goes_on(
+    make_tiny: Callable[..., Path], native: ModuleType
+) -> None:
+    short = make_tiny(max_position_embeddings=48)
+    script = "word " * 100 + "\nhi\n"
+    done = spinkv_cli("chat", "--model", str(short), "-n", "4", stdin=script)
+    assert done.returncode == 0, done.stderr
+    assert "/clear" in done.stderr and "context" in done.stderr
+    assert sum("prefill" in line for line in done.stderr.splitlines()) == 1
+
+
+def test_chat_invalid_options_fail_before_loading(tiny: Path) -> None:
+    done = spinkv_cli("chat", "--model", str(tiny), "--top-k", "-3")
+    assert_one_line_error(done, "top_k")
+
+
+class PipeReader:
+    """Collects a child's output pipe on a thread, so a test can wait for some text."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+        self._chunks: list[bytes] = []
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        for chunk in iter(lambda: self._pipe.read1(4096), b""):
+            self._chunks.append(chunk)
+
+    @property
+    def text(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", errors="replace")
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while not predicate(self.text) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.text
+
+    def close(self) -> str:
+        self._thread.join(timeout=30)
+        return self.text
+
+
+class ChatProcess:
+    """`spinkv chat` in a child process with its stdin held open."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "spinkv", "chat", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=cli_env(),
+        )
+        self.stdout = PipeReader(self.process.stdout)
+        self.stderr = PipeReader(self.process.stderr)
+
+    def send(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text.encode())
+        self.process.stdin.flush()
+
+    def interrupt(self) -> None:
+        self.process.send_signal(signal.SIGINT)
+
+    def finish(self, text: str = "", timeout: float = 300) -> int:
+        """Send the last input, close stdin (Ctrl-D) and wait for the exit code."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(text.encode())
+        self.process.stdin.close()
+        code = self.process.wait(timeout=timeout)
+        self.stdout.close()
+        self.stderr.close()
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def test_ctrl_c_twice_at_the_prompt_leaves(tiny: Path) -> None:
+    chat = ChatProcess("--model", str(tiny), "-n", "4")
+    try:
+        chat.send("hello\n")
+        chat.stderr.wait_for(lambda text: "prefill" in text, timeout=60)
+        time.sleep(0.5)  # back at the prompt
+        chat.interrupt()
+        hint = chat.stderr.wait_for(lambda text: "Ctrl-C again" in text, timeout=30)
+        assert "Ctrl-C again" in hint
+        assert chat.process.poll() is None, "one Ctrl-C at the prompt does not leave"
+        chat.interrupt()
+        assert chat.process.wait(timeout=30) == 0
+    finally:
+        chat.kill()
+    assert "Traceback" not in chat.stderr.close()
+
+
+def test_ctrl_c_stops_a_reply_and_keeps_the_conversation(default_model_dir: Path) -> None:
+    chat = ChatProcess("--model", str(default_model_dir), "-n", "400")
+    try:
+        chat.send("Write a very long story about a dragon who learns to cook.\n")
+        shown = chat.stdout.wait_for(lambda text: len(text.split()) >= 5, timeout=120)
+        assert len(shown.split()) >= 5, "the reply started streaming"
+        chat.interrupt()
+        stopped = chat.stderr.wait_for(lambda text: "interrupted" in text, timeout=60)
+        assert "stopped: interrupted" in stopped
+        assert chat.process.poll() is None, "stopping a reply does not leave the chat"
+        code = chat.finish("/stats\nWhat is the capital of France?\n")
+    finally:
+        chat.kill()
+    output, errors = chat.stdout.text, chat.stderr.text
+    assert code == 0, errors
+    assert "Traceback" not in output + errors
+    turns = [line.split()[-1] for line in errors.splitlines() if line.strip().startswith("turns")]
+    assert turns == ["1"], "the interrupted reply is kept as a turn"
+    assert "Paris" in output.split(shown.strip()[-20:], 1)[-1]
+
+
+# ---- models ------------------------------------------------------------------------------
+
+
+def test_models_list_and_info(tiny: Path, tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    empty = spinkv_cli("models", "list", "--json", SPINKV_HOME=home)
+    assert empty.returncode == 0 and json.loads(empty.stdout) == []
+    info = spinkv_cli("models", "info", str(tiny), "--json", SPINKV_HOME=home)
+    assert info.returncode == 0, info.stderr
+    record = json.loads(info.stdout)
+    assert record["n_layers"] == 2 and record["kv_bytes_per_token"] > 0
+    table = spinkv_cli("models", "info", str(tiny), SPINKV_HOME=home)
+    assert "KV bytes per token" in table.stdout and "parameters" in table.stdout
+
+
+def test_models_bad_input(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    assert_one_line_error(spinkv_cli("models", "pull", "no-such-model", SPINKV_HOME=home))
+    assert_one_line_error(
+        spinkv_cli("models", "import-gguf", str(tmp_path / "x.gguf"), "--dtype", "f8"), "f8"
+    )
+    assert_one_line_error(spinkv_cli("models", "info", str(tmp_path / "nope"), SPINKV_HOME=home))
