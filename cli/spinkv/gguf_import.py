@@ -200,17 +200,22 @@ class GGUFModel:
             raise ModelFormatError(f"{self.path} lacks GGUF metadata field {key}")
         return value
 
-    def dequantize(self, name: str) -> np.ndarray:
-        """Tensor `name` as float32 with numpy (HF) dims: [rows, cols]."""
-        from gguf.quants import dequantize
-
-        tensor = self.tensors[name]
-        qtype = tensor.tensor_type
+    def check_type(self, name: str) -> None:
+        """Raise UnsupportedError, naming it, if tensor `name` has a type we cannot read."""
+        qtype = self.tensors[name].tensor_type
         if qtype.name not in SUPPORTED_QUANT_TYPES:
             raise UnsupportedError(
                 f"tensor {name} uses GGUF type {qtype.name}, which spinkv cannot import "
                 f"(supported: {', '.join(sorted(SUPPORTED_QUANT_TYPES))})"
             )
+
+    def dequantize(self, name: str) -> np.ndarray:
+        """Tensor `name` as float32 with numpy (HF) dims: [rows, cols]."""
+        from gguf.quants import dequantize
+
+        self.check_type(name)
+        tensor = self.tensors[name]
+        qtype = tensor.tensor_type
         try:
             values = dequantize(tensor.data, qtype)
         except Exception as exc:
@@ -310,6 +315,23 @@ def hf_tensor_name(gguf_name: str) -> str | None:
     return None
 
 
+def expected_shape(hp: LlamaHyper, hf_name: str) -> tuple[int, ...]:
+    """[rows, cols] of an HF tensor, from the hyper-parameters."""
+    q, kv = hp.n_heads * hp.head_dim, hp.n_kv_heads * hp.head_dim
+    shapes = {
+        "embed_tokens": (hp.vocab_size, hp.hidden),
+        "lm_head": (hp.vocab_size, hp.hidden),
+        "q_proj": (q, hp.hidden),
+        "k_proj": (kv, hp.hidden),
+        "v_proj": (kv, hp.hidden),
+        "o_proj": (hp.hidden, q),
+        "gate_proj": (hp.intermediate, hp.hidden),
+        "up_proj": (hp.intermediate, hp.hidden),
+        "down_proj": (hp.hidden, hp.intermediate),
+    }
+    return shapes.get(hf_name.split(".")[-2], (hp.hidden,))  # the rest are norms
+
+
 def tensor_plans(g: GGUFModel, hp: LlamaHyper) -> Iterator[TensorPlan]:
     """What to write for each GGUF tensor, in GGUF order; checks names and shapes."""
     expected = {"token_embd.weight", "output_norm.weight"} | {
@@ -323,15 +345,15 @@ def tensor_plans(g: GGUFModel, hp: LlamaHyper) -> Iterator[TensorPlan]:
     if unknown:
         shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         raise UnsupportedError(f"GGUF tensors that a Llama model does not have: {shown}")
-    embd_shape = g.hf_shape("token_embd.weight")
-    if embd_shape != (hp.vocab_size, hp.hidden):
-        raise ModelFormatError(
-            f"token_embd.weight is {embd_shape}, expected (vocab {hp.vocab_size}, "
-            f"hidden {hp.hidden})"
-        )
+    for name in g.tensors:
+        g.check_type(name)
     for name in g.tensors:
         hf_name = hf_tensor_name(name)
         assert hf_name is not None
+        shape = expected_shape(hp, hf_name)
+        actual = g.hf_shape(name)
+        if actual != shape:
+            raise ModelFormatError(f"GGUF tensor {name} is {actual}; the metadata implies {shape}")
         n_head = 0
         if hf_name.endswith("q_proj.weight"):
             n_head = hp.n_heads

@@ -33,6 +33,7 @@ fn main() {
         let n_tokens = 64;
         let xs: Vec<f32> = (0..n_tokens * k).map(|i| (i % 13) as f32 / 13.0).collect();
         let rows_mm = rows.min(3072);
+        let _ = &mut y;
         let mut ys = vec![0.0; n_tokens * rows_mm];
         let started = Instant::now();
         matmul(WeightRef::F16(&w), k, &xs, 0..rows_mm, &mut ys);

@@ -1,11 +1,14 @@
-//! AVX2/FMA/F16C matvec: 4 rows per pass, 2 accumulators per row (16 lanes of k per step), so
-//! one activation load feeds 8 FMAs and 8 independent dependency chains hide FMA latency.
+//! AVX2/FMA/F16C matvec: one row at a time, streamed start to end with 4 independent
+//! accumulators (32 lanes of k per step).
+//!
+//! Why not several rows per pass (sharing each activation load)? Measured on the 2-core dev
+//! machine with a 49152×576 f16 matrix (DRAM-bound): 1 row/pass ~20–33 GB/s, 2–8 interleaved
+//! rows/pass ~8–11 GB/s — the interleaved streams defeat the hardware prefetcher, and decode
+//! speed is that bandwidth. The activation vector stays in L1 either way.
 
 use crate::simd::avx2::{hsum, Lanes};
 use std::arch::x86_64::*;
 use std::ops::Range;
-
-const ROWS: usize = 4;
 
 /// # Safety
 /// CPU must support AVX2+FMA+F16C.
@@ -18,64 +21,49 @@ pub(crate) unsafe fn matvec<L: Lanes>(
     y: &mut [f32],
 ) {
     super::check_shapes(w.len(), k, x, &rows, y);
-    let mut r = rows.start;
-    let mut out = 0;
-    while r + ROWS <= rows.end {
-        // SAFETY: rows r..r+4 are < rows.end, inside w per the shape check; out+4 <= y.len().
-        unsafe { rows_block::<L, ROWS>(w.as_ptr().add(r * k), k, x, &mut y[out..out + ROWS]) };
-        r += ROWS;
-        out += ROWS;
-    }
-    while r < rows.end {
-        // SAFETY: row r < rows.end is inside w.
-        unsafe { rows_block::<L, 1>(w.as_ptr().add(r * k), k, x, &mut y[out..out + 1]) };
-        r += 1;
-        out += 1;
+    for (out, r) in y.iter_mut().zip(rows) {
+        // SAFETY: r < rows.end, so row r (k elements) lies inside w per the shape check.
+        *out = unsafe { row_dot(w.as_ptr().add(r * k), x) };
     }
 }
 
 /// # Safety
-/// AVX2+FMA+F16C; `w` valid for `R` rows of `k` elements; `x.len() == k`; `y.len() == R`.
-// Index loops over the register tile: const bounds, fully unrolled, arrays stay in registers.
-#[allow(clippy::needless_range_loop)]
+/// AVX2+FMA+F16C; `row` valid for `x.len()` elements.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_block<L: Lanes, const R: usize>(w: *const L, k: usize, x: &[f32], y: &mut [f32]) {
+unsafe fn row_dot<L: Lanes>(row: *const L, x: &[f32]) -> f32 {
+    let k = x.len();
     let xp = x.as_ptr();
-    let mut acc0 = [_mm256_setzero_ps(); R];
-    let mut acc1 = [_mm256_setzero_ps(); R];
-    let k16 = k / 16 * 16;
-    let k8 = k / 8 * 8;
+    let mut acc = [_mm256_setzero_ps(); 4];
     let mut kk = 0;
-    // SAFETY (all blocks below): each load reads lanes kk..kk+8 or kk+8..kk+16 with
-    // kk + 16 <= k (or kk + 8 <= k), so it stays inside its row of w and inside x.
-    while kk < k16 {
+    // SAFETY (both loops): each 8-lane load covers kk..kk+8 (or up to kk+32) <= k, inside the
+    // row and inside x.
+    while kk + 32 <= k {
         unsafe {
-            let x0 = _mm256_loadu_ps(xp.add(kk));
-            let x1 = _mm256_loadu_ps(xp.add(kk + 8));
-            for i in 0..R {
-                let row = w.add(i * k + kk);
-                acc0[i] = _mm256_fmadd_ps(L::load8(row), x0, acc0[i]);
-                acc1[i] = _mm256_fmadd_ps(L::load8(row.add(8)), x1, acc1[i]);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let offset = kk + 8 * j;
+                *acc = _mm256_fmadd_ps(
+                    L::load8(row.add(offset)),
+                    _mm256_loadu_ps(xp.add(offset)),
+                    *acc,
+                );
             }
         }
-        kk += 16;
+        kk += 32;
     }
-    if kk < k8 {
+    while kk + 8 <= k {
         unsafe {
-            let x0 = _mm256_loadu_ps(xp.add(kk));
-            for i in 0..R {
-                acc0[i] = _mm256_fmadd_ps(L::load8(w.add(i * k + kk)), x0, acc0[i]);
-            }
+            acc[0] = _mm256_fmadd_ps(L::load8(row.add(kk)), _mm256_loadu_ps(xp.add(kk)), acc[0]);
         }
         kk += 8;
     }
-    for i in 0..R {
-        let mut sum = hsum(_mm256_add_ps(acc0[i], acc1[i]));
-        for (j, xj) in x.iter().enumerate().skip(kk) {
-            // SAFETY: j < k, inside row i.
-            sum += unsafe { (*w.add(i * k + j)).widen() } * xj;
-        }
-        y[i] = sum;
+    let mut sum = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    for (j, xj) in x.iter().enumerate().skip(kk) {
+        // SAFETY: j < k, inside the row.
+        sum += unsafe { (*row.add(j)).widen() } * xj;
     }
+    sum
 }
