@@ -29,6 +29,7 @@ pub(crate) fn assert_close(simd: f32, scalar: f32, scale: f32, what: &str) {
     );
 }
 
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn avx2_available() -> bool {
     crate::Isa::Avx2.cpu_supports()
 }

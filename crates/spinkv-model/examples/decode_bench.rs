@@ -47,6 +47,13 @@ fn main() {
         let started = Instant::now();
         session.prefill(&prompt, false).expect("prefill");
         let prefill_s = started.elapsed().as_secs_f64();
+        let p = session.timings().clone();
+        println!(
+            "  prefill split: attention {:.0} ms, matmul {:.0} ms, other {:.0} ms",
+            p.attention_ns as f64 / 1e6,
+            p.matmul_ns as f64 / 1e6,
+            p.other_ns as f64 / 1e6
+        );
         session.reset_timings();
         let started = Instant::now();
         for _ in 0..steps {

@@ -36,6 +36,7 @@ mod tests {
     use crate::test_util::*;
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn avx2_matches_scalar_bit_for_bit() {
         if !avx2_available() {
             eprintln!("skipped: no avx2");

@@ -66,6 +66,7 @@ mod tests {
     use crate::test_util::*;
     use half::{bf16, f16};
 
+    #[cfg(target_arch = "x86_64")]
     fn check(w: WeightRef<'_>, k: usize, n_rows: usize, n_tokens: usize) {
         let x = random_vec(7 + k as u64, n_tokens * k);
         // An offset row range exercises the rows.start arithmetic.
@@ -92,6 +93,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn avx2_matches_scalar() {
         if !avx2_available() {
             eprintln!("skipped: no avx2");

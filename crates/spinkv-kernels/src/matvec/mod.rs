@@ -49,6 +49,7 @@ mod tests {
     use half::{bf16, f16};
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn avx2_matches_scalar() {
         if !avx2_available() {
             eprintln!("skipped: no avx2");

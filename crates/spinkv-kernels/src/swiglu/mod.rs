@@ -22,6 +22,7 @@ mod tests {
     use crate::test_util::*;
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn avx2_matches_scalar() {
         if !avx2_available() {
             eprintln!("skipped: no avx2");
