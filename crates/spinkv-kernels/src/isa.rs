@@ -237,6 +237,7 @@ pub fn cpu_features() -> Vec<&'static str> {
 
 /// True when the AVX2 kernels may run: the active ISA was validated against the CPU.
 #[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn use_avx2() -> bool {
     cfg!(target_arch = "x86_64") && active_isa() == Isa::Avx2
 }

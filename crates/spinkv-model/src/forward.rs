@@ -20,11 +20,13 @@ pub(crate) enum LogitsFor {
     All,
 }
 
-/// Consecutive tokens at positions `start..start + tokens.len()`.
+/// Consecutive tokens at cache indices `start..start + tokens.len()` and sequence (RoPE)
+/// positions `position..position + tokens.len()`; the two differ once the cache retired pages.
 #[derive(Clone, Copy)]
 pub(crate) struct Block<'a> {
     pub tokens: &'a [u32],
     pub start: usize,
+    pub position: usize,
     pub want: LogitsFor,
 }
 
@@ -79,6 +81,7 @@ pub(crate) fn forward(
     let Block {
         tokens,
         start,
+        position,
         want,
     } = block;
     let c = model.config();
@@ -97,7 +100,7 @@ pub(crate) fn forward(
         head_dim,
         c.rope_theta,
         c.rope_linear_factor,
-        start..start + n,
+        position..position + n,
     );
     let half = head_dim / 2;
 

@@ -1,4 +1,10 @@
 //! `Session`: one conversation's KV cache, token history and last logits over a shared model.
+//!
+//! `tokens` holds every token fed, by sequence position. The cache holds them all, or, after a
+//! sliding-window retirement (see `lifecycle`), the head and the newest ones: cache index and
+//! position then differ, and the forward pass gets both.
+
+mod lifecycle;
 
 use crate::error::ModelError;
 use crate::forward::{forward, Block, LogitsFor, Scratch};
@@ -23,6 +29,10 @@ pub struct Session {
     scratch: Scratch,
     timings: PhaseTimings,
     max_context: usize,
+    /// Retire old pages instead of refusing tokens when the cache is full.
+    sliding: bool,
+    /// Tokens and logits to return to on `rollback_turn` (the cache keeps its own state).
+    mark: Option<(Vec<u32>, Vec<f32>)>,
 }
 
 impl Session {
@@ -37,6 +47,8 @@ impl Session {
             scratch: Scratch::default(),
             timings: PhaseTimings::default(),
             max_context,
+            sliding: false,
+            mark: None,
         })
     }
 
@@ -44,7 +56,7 @@ impl Session {
         &self.model
     }
 
-    /// Most tokens this session can hold: min(model positions, KV `max_tokens`).
+    /// Most tokens the cache holds: min(model positions, KV `max_tokens`).
     pub fn max_context(&self) -> usize {
         self.max_context
     }
@@ -66,7 +78,8 @@ impl Session {
         } else {
             Vec::new()
         };
-        let n_chunks = tokens.len().div_ceil(PREFILL_CHUNK);
+        let block_size = self.block_size();
+        let n_chunks = tokens.len().div_ceil(block_size);
         let mut clock = ForwardClock::default();
         let result = {
             let Session {
@@ -75,10 +88,12 @@ impl Session {
                 tokens: history,
                 logits,
                 scratch,
+                sliding,
+                max_context,
                 ..
             } = self;
             run_in_pool(|| -> Result<(), ModelError> {
-                for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
+                for (i, chunk) in tokens.chunks(block_size).enumerate() {
                     let want = if all_logits {
                         LogitsFor::All
                     } else if i + 1 == n_chunks {
@@ -86,9 +101,13 @@ impl Session {
                     } else {
                         LogitsFor::None
                     };
+                    if *sliding {
+                        lifecycle::make_room(cache, chunk.len(), *max_context)?;
+                    }
                     let block = Block {
                         tokens: chunk,
-                        start: history.len(),
+                        start: cache.len(),
+                        position: cache.position_of(cache.len()),
                         want,
                     };
                     forward(model, cache, block, logits, scratch, &mut clock)?;
@@ -128,12 +147,18 @@ impl Session {
                 cache,
                 logits,
                 scratch,
+                sliding,
+                max_context,
                 ..
             } = self;
             run_in_pool(|| {
+                if *sliding {
+                    lifecycle::make_room(cache, 1, *max_context)?;
+                }
                 let block = Block {
                     tokens: &[token],
-                    start: start_len,
+                    start: cache.len(),
+                    position: cache.position_of(cache.len()),
                     want: LogitsFor::Last,
                 };
                 forward(model, cache, block, logits, scratch, &mut clock)
@@ -182,7 +207,8 @@ impl Session {
     }
 
     /// Roll back to the first `len` tokens (no-op if `len >= self.len()`). The logits of the
-    /// new last token are not kept, so feed at least one token before sampling again.
+    /// new last token are not kept, so feed at least one token before sampling again. After a
+    /// retirement, a cut inside the retired span keeps only the head: check `len()` after.
     pub fn truncate(&mut self, len: usize) {
         if len < self.tokens.len() {
             self.rollback(len);
@@ -206,8 +232,16 @@ impl Session {
     }
 
     fn rollback(&mut self, len: usize) {
-        self.tokens.truncate(len);
-        self.cache.truncate(len);
+        let (retired, gap) = (self.cache.retired(), self.cache.gap());
+        let (keep, index) = if retired == 0 || len <= gap {
+            (len, len)
+        } else if len < gap + retired {
+            (gap, gap)
+        } else {
+            (len, len - retired)
+        };
+        self.tokens.truncate(keep);
+        self.cache.truncate(index);
         self.logits.clear();
     }
 
@@ -227,11 +261,16 @@ impl Session {
                 vocab_size,
             });
         }
-        if self.tokens.len() + tokens.len() > self.max_context {
+        let (len, limit) = if self.sliding {
+            (self.tokens.len(), lifecycle::MAX_POSITIONS)
+        } else {
+            (self.cache.len(), self.max_context)
+        };
+        if len + tokens.len() > limit {
             return Err(ModelError::ContextOverflow {
-                len: self.tokens.len(),
+                len,
                 adding: tokens.len(),
-                max: self.max_context,
+                max: limit,
             });
         }
         Ok(())

@@ -6,7 +6,7 @@
 use crate::config::LlamaConfig;
 use crate::error::ModelError;
 use half::{bf16, f16};
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapOptions};
 use safetensors::{Dtype, SafeTensors};
 use spinkv_kernels::{WeightDtype, WeightRef};
 use std::collections::{BTreeSet, HashMap};
@@ -109,12 +109,16 @@ impl Weights {
                 path: path.clone(),
                 source,
             })?;
+            // Populate (MAP_POPULATE on Linux) so the first token does not pay ~65k page faults;
+            // the file is read once either way.
             // SAFETY: the mapping is read-only and lives as long as `Weights`. Like every
             // mmap-based loader we rely on the model files not being truncated or rewritten
             // while loaded; that is the one assumption Rust cannot check here.
-            let map = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Io {
-                path: path.clone(),
-                source,
+            let map = unsafe { MmapOptions::new().populate().map(&file) }.map_err(|source| {
+                ModelError::Io {
+                    path: path.clone(),
+                    source,
+                }
             })?;
             file_bytes += map.len() as u64;
             let corrupt = |reason: String| ModelError::Safetensors {

@@ -62,8 +62,11 @@ pub(crate) fn check_shapes_generic(
 
 #[cfg(test)]
 mod tests {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use super::*;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use crate::test_util::*;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use half::{bf16, f16};
 
     #[cfg(target_arch = "x86_64")]

@@ -44,8 +44,11 @@ pub(crate) fn check_shapes(w_len: usize, k: usize, x: &[f32], rows: &Range<usize
 
 #[cfg(test)]
 mod tests {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use super::*;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use crate::test_util::*;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use half::{bf16, f16};
 
     #[test]

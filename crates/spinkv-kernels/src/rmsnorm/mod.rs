@@ -27,7 +27,9 @@ pub(crate) fn check_shapes(x: &[f32], weight: &[f32], out: &[f32]) {
 
 #[cfg(test)]
 mod tests {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use super::*;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use crate::test_util::*;
 
     #[test]

@@ -19,7 +19,9 @@ pub fn softmax_inplace(x: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use super::*;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use crate::test_util::*;
 
     #[test]

@@ -18,7 +18,9 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 
 #[cfg(test)]
 mod tests {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use super::*;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use crate::test_util::*;
 
     #[test]

@@ -29,7 +29,9 @@ pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use super::*;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use crate::test_util::*;
 
     #[test]
