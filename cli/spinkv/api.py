@@ -13,16 +13,18 @@ logits = model.logits(model.tokenize("Hello world"))   # np.ndarray [T, vocab], 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, Union
+from typing import TYPE_CHECKING, Any, TypedDict, Union
 
 import numpy as np
 
 from spinkv import _native
 from spinkv.chat_template import ChatTemplate, load_chat_template
-from spinkv.errors import InvalidInputError, UnsupportedError
+from spinkv.errors import ContextOverflowError, InvalidInputError, UnsupportedError
 from spinkv.generation import (
     PREFILL_CHUNK_TOKENS,
     GenerationResult,
@@ -35,6 +37,9 @@ from spinkv.sampling import SamplingParams
 from spinkv.timing import GenerationTimings
 from spinkv.tokenizer import Tokenizer, load_tokenizer
 
+if TYPE_CHECKING:
+    from spinkv.sessions import Transcript
+
 
 class ChatMessage(TypedDict):
     role: str
@@ -44,6 +49,8 @@ class ChatMessage(TypedDict):
 Prompt = Union[str, Sequence[ChatMessage]]
 
 DEFAULT_MAX_TOKENS = 512
+RESERVED_TOKENS = 256
+"""Cache pages a chat reserves up front (the pools then grow geometrically)."""
 
 
 def load(model: str | Path | None = None, *, threads: int | None = None) -> LoadedModel:
@@ -142,6 +149,17 @@ class LoadedModel:
         options = kv_dict(kv) or {}
         return int(options.get("max_context") or self.max_context)
 
+    @functools.cached_property
+    def identity_extra(self) -> dict[str, str]:
+        """The cache identity inputs the runtime cannot compute: tokenizer and chat-template
+        hashes (the runtime adds the model's content hash, cache policy and build)."""
+        from spinkv.sessions import chat_template_hash, tokenizer_hash
+
+        return {
+            "tokenizer_hash": tokenizer_hash(self.path, self.tokenizer),
+            "chat_template_hash": chat_template_hash(self.chat_template),
+        }
+
     def stream(
         self,
         prompt: Prompt,
@@ -151,14 +169,17 @@ class LoadedModel:
         sampling: SamplingParams | None = None,
         kv: KvSpec = None,
         raw: bool = False,
+        session: _native.Session | None = None,
     ) -> TextStream:
         """Start one reply; iterate for text pieces, then read `.result` (text, token
-        counts, finish_reason, timings)."""
+        counts, finish_reason, timings). `session` continues an existing native session
+        (e.g. one restored from a prompt cache): its tokens that prefix the prompt are
+        reused; it must have been made with the same `kv`."""
         started = time.perf_counter()
         prompt_ids = self.prompt_token_ids(prompt, system=system, raw=raw)
         timings = self.new_timings(tokenize_ms=(time.perf_counter() - started) * 1000.0)
         spec = self.turn_spec(prompt_ids, sampling, max_tokens, kv, timings)
-        return TextStream(self.session(kv), spec)
+        return TextStream(self.session(kv) if session is None else session, spec)
 
     def generate(
         self,
@@ -211,6 +232,7 @@ class LoadedModel:
         max_tokens: int,
         kv: KvSpec,
         timings: GenerationTimings,
+        slide: bool = False,
     ) -> TurnSpec:
         return TurnSpec(
             prompt_ids=prompt_ids,
@@ -220,6 +242,7 @@ class LoadedModel:
             max_context=self.context_limit(kv),
             tokenizer=self.tokenizer,
             timings=timings,
+            slide=slide,
         )
 
     def _checked_token_ids(self, token_ids: Sequence[int], limit: int) -> list[int]:
@@ -234,6 +257,17 @@ class LoadedModel:
         if len(ids) > limit:
             raise InvalidInputError(f"{len(ids)} tokens do not fit the context of {limit}")
         return ids
+
+
+@dataclass
+class RestoreOutcome:
+    """What `ChatSession.restore` did with the saved KV cache."""
+
+    reused: bool
+    cached_tokens: int
+    reason: str | None = None
+    fields: list[str] = field(default_factory=list)
+    turns: int = 0
 
 
 def _messages(prompt: Prompt, system: str | None) -> list[ChatMessage]:
@@ -268,7 +302,14 @@ class ChatSession:
 
     An interrupted reply (Ctrl-C, or the stream closed early) keeps the text streamed so far
     as the assistant message, like ollama; if nothing was streamed the user turn is dropped.
-    A runtime error drops the turn and resets the cache, which is rebuilt on the next turn.
+    Either way, and after a runtime error (which drops the turn), the cache is rolled back to
+    exactly what it was before the turn; the next turn prefills what it lacks.
+
+    Lifecycle: the cache reserves pages up front and grows geometrically; with `slide` (the
+    default, when the context holds at least two pages) a full cache retires its oldest
+    pages after the first one (an attention sink) instead of refusing the turn; `clear()`
+    resets it and gives back memory beyond the reservation. `save(path)` / `restore(path)`
+    write and read session files (spinkv.sessions handles names, locking, atomic writes).
     """
 
     def __init__(
@@ -279,16 +320,28 @@ class ChatSession:
         kv: KvSpec = None,
         sampling: SamplingParams | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        slide: bool = True,
     ) -> None:
         self.model = model
         self.kv = kv_dict(kv)
         self.sampling = sampling or SamplingParams()
         self.max_tokens = max_tokens
         self.system = system
+        self.created: str | None = None
         self._history: list[ChatMessage] = []
         self._session = model.session(self.kv)
+        self.limit = model.context_limit(self.kv)
+        self.slide = slide and self._enable_sliding()
+        self._session.reserve(min(self.limit, RESERVED_TOKENS))
         self._active: TextStream | None = None
         self.last_result: GenerationResult | None = None
+
+    def _enable_sliding(self) -> bool:
+        try:
+            self._session.set_sliding(True)
+        except _native.InvalidInputError:  # the context is shorter than two pages
+            return False
+        return True
 
     @property
     def history(self) -> list[ChatMessage]:
@@ -310,7 +363,8 @@ class ChatSession:
 
     @property
     def cached_tokens(self) -> int:
-        return len(self._session)
+        """Tokens in the KV cache (fewer than the conversation after a sliding window)."""
+        return int(self._session.cache_len)
 
     def send(
         self,
@@ -324,6 +378,13 @@ class ChatSession:
         started = time.perf_counter()
         user: ChatMessage = {"role": "user", "content": text}
         prompt_ids = self.model.tokenize(self.model.render_chat(self.messages + [user]))
+        if self.slide:
+            # Earlier turns slide out of the window; the new message itself must fit.
+            size = len(self.model.tokenize(text))
+            if size > self.limit:
+                raise ContextOverflowError(
+                    f"the message is {size} tokens but the context holds {self.limit} tokens"
+                )
         timings = self.model.new_timings(tokenize_ms=(time.perf_counter() - started) * 1000.0)
         spec = self.model.turn_spec(
             prompt_ids,
@@ -331,6 +392,7 @@ class ChatSession:
             self.max_tokens if max_tokens is None else max_tokens,
             self.kv,
             timings,
+            slide=self.slide,
         )
 
         def record(result: GenerationResult) -> None:
@@ -340,20 +402,30 @@ class ChatSession:
             self._history.append(user)
             self._history.append({"role": "assistant", "content": result.text})
 
-        self._active = TextStream(
-            self._session, spec, on_finish=record, on_failure=self._session.reset
-        )
-        return self._active
+        try:
+            self._active = TextStream(self._session, spec, on_finish=record)
+            return self._active
+        except BaseException:  # e.g. Ctrl-C before the caller got the stream
+            self.cancel()
+            raise
+
+    def cancel(self) -> None:
+        """Stop the reply in progress, if any: the cache returns to where its turn started.
+        Call it after a KeyboardInterrupt that may have hit before `send` returned."""
+        self._close_active()
+        self._session.rollback_turn()
 
     def ask(self, text: str, **options: Any) -> GenerationResult:
         """send() and wait for the whole reply."""
         return self.send(text, **options).read_all()
 
     def clear(self) -> None:
-        """Forget the conversation (the system prompt stays) and empty the cache."""
+        """Forget the conversation (the system prompt stays), empty the cache and give back
+        its pages beyond the reservation: the chat is then as good as a new one."""
         self._close_active()
         self._history.clear()
         self._session.reset()
+        self._session.trim_memory()
 
     def set_system(self, system: str | None) -> None:
         """Change the system prompt (None: the template's default). The history stays; the
@@ -365,10 +437,63 @@ class ChatSession:
         """KV cache statistics from the runtime, plus the conversation's size."""
         return {
             "turns": len(self._history) // 2,
-            "cached_tokens": len(self._session),
+            "cached_tokens": self.cached_tokens,
+            "retired_tokens": int(self._session.retired),
             "max_context": self.model.context_limit(self.kv),
+            "sliding_window": self.slide,
             "cache": dict(self._session.cache_stats()),
         }
+
+    # ---- session files ----------------------------------------------------------------
+
+    def transcript(self) -> Transcript:
+        """The conversation as a session file records it."""
+        from spinkv.sessions import Transcript, now_iso
+
+        return Transcript(
+            messages=self.history,  # type: ignore[arg-type]
+            system=self.system,
+            model={"name": self.model.name, "path": str(self.model.path)},
+            kv=self.kv,
+            sampling=self.sampling.to_dict(),
+            max_tokens=self.max_tokens,
+            created=self.created or now_iso(),
+            updated=now_iso(),
+        )
+
+    def save(self, path: str | Path) -> int:
+        """Write the conversation and its KV pages to path (replacing it; not atomic by
+        itself: spinkv.sessions.save_chat is). Returns the bytes written."""
+        self._close_active()
+        transcript = self.transcript()
+        self.created = transcript.created
+        return int(self._session.save(str(path), transcript.to_json(), self.model.identity_extra))
+
+    def restore(self, path: str | Path) -> RestoreOutcome:
+        """Replace this conversation with the one saved at path. Its KV pages are reused
+        when their identity matches this chat's model, tokenizer, template, cache policy and
+        runtime and every page checks out; otherwise the cache is refused (`outcome.reason`
+        says why, `outcome.fields` names differing identity fields) and the next turn
+        re-prefills the transcript. Raises if the file itself is unreadable (this chat is
+        then untouched)."""
+        from spinkv.sessions import read_transcript
+
+        self._close_active()
+        transcript, _ = read_transcript(Path(path))
+        try:
+            self._session.load(str(path), self.model.identity_extra)
+            outcome = RestoreOutcome(True, self.cached_tokens)
+        except _native.IdentityMismatchError as exc:
+            outcome = RestoreOutcome(False, 0, str(exc), list(getattr(exc, "fields", [])))
+        except _native.SessionPagesError as exc:
+            outcome = RestoreOutcome(False, 0, str(exc))
+        if not outcome.reused:
+            self._session.reset()
+        self._history = [{"role": m["role"], "content": m["content"]} for m in transcript.messages]
+        self.system = transcript.system
+        self.created = transcript.created or None
+        outcome.turns = transcript.turns
+        return outcome
 
     def _close_active(self) -> None:
         if self._active is not None and not self._active.finished:

@@ -79,7 +79,11 @@ class GenerationResult:
 
 @dataclass
 class TurnSpec:
-    """Everything one reply needs besides the session."""
+    """Everything one reply needs besides the session.
+
+    slide: the session retires old cache pages when full (`Session.set_sliding`), so neither
+    the prompt nor the reply is bounded by max_context.
+    """
 
     prompt_ids: list[int]
     sampling: SamplingParams
@@ -88,6 +92,7 @@ class TurnSpec:
     max_context: int
     tokenizer: Tokenizer
     timings: GenerationTimings = field(default_factory=GenerationTimings)
+    slide: bool = False
 
 
 class TextStream(Iterator[str]):
@@ -98,6 +103,10 @@ class TextStream(Iterator[str]):
     reply with finish_reason "interrupted"; the text streamed so far is the reply.
     `on_finish(result)` runs when a reply ends; `on_failure()` when the runtime raised
     anything other than KeyboardInterrupt.
+
+    The session is checkpointed before the cache is touched. A reply that ends normally keeps
+    the turn; an interrupted or failed one rolls the session back to the checkpoint, so the
+    cache (tokens, pages, logits) is exactly what it was before the turn, wherever it stopped.
     """
 
     def __init__(
@@ -115,10 +124,15 @@ class TextStream(Iterator[str]):
         self._result: GenerationResult | None = None
         self._failed = False
         self._sampler = spec.sampling.to_native()
-        keep = reusable_prefix(session.tokens, spec.prompt_ids)
-        if keep < len(session):
-            session.truncate(keep)
-        self._cached = keep
+        session.checkpoint()
+        try:
+            keep = reusable_prefix(session.tokens, spec.prompt_ids)
+            if keep < len(session):
+                session.truncate(keep)  # may keep less after a sliding-window retirement
+        except BaseException:
+            session.rollback_turn()
+            raise
+        self._cached = len(session)
         self._pieces = self._run()
 
     @property
@@ -180,7 +194,7 @@ class TextStream(Iterator[str]):
                 if len(detokenizer.tokens) >= spec.max_tokens:
                     reason = "length"
                     break
-                if len(session) >= spec.max_context:
+                if not spec.slide and len(session) >= spec.max_context:
                     reason = "context"
                     break
                 with watch.phase("decode_ms"):
@@ -196,12 +210,17 @@ class TextStream(Iterator[str]):
         finally:
             if failed:
                 self._failed = True
+                self._session.rollback_turn()
                 if self._on_failure is not None:
                     self._on_failure()
             else:
                 self._finish(reason, detokenizer)
 
     def _finish(self, reason: FinishReason, detokenizer: StreamDecoder) -> None:
+        if reason == "interrupted":
+            self._session.rollback_turn()
+        else:
+            self._session.commit_turn()
         timings = self._spec.timings
         timings.add_native_breakdown(self._session.timings())
         self._result = GenerationResult(
@@ -223,7 +242,7 @@ def _check_request(spec: TurnSpec) -> None:
         raise InvalidInputError(f"invalid max_tokens {spec.max_tokens!r}: must be an integer")
     if spec.max_tokens < 1:
         raise InvalidInputError(f"invalid max_tokens {spec.max_tokens}: must be >= 1")
-    if len(spec.prompt_ids) > spec.max_context:
+    if not spec.slide and len(spec.prompt_ids) > spec.max_context:
         raise ContextOverflowError(
             f"the prompt is {len(spec.prompt_ids)} tokens but the context holds "
             f"{spec.max_context} tokens"

@@ -10,7 +10,8 @@ from types import ModuleType
 
 import typer
 
-from spinkv.commands import chat, models, run
+from spinkv.commands import bench, cache, chat, models, run, sessions
+from spinkv.commands import eval as eval_cmd
 from spinkv.commands.failures import debug_enabled, describe, user_error_types
 from spinkv.commands.render import print_error
 
@@ -30,6 +31,10 @@ app = typer.Typer(
 app.command("run")(run.run)
 app.command("chat")(chat.chat)
 app.add_typer(models.app, name="models")
+app.command("eval")(eval_cmd.eval_command)
+app.add_typer(cache.app, name="cache")
+app.add_typer(sessions.app, name="sessions")
+app.command("bench")(bench.bench_command)
 
 
 def _click_exceptions() -> ModuleType:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import TYPE_CHECKING, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
+
+import typer
 
 from spinkv.commands import options as opt
 from spinkv.commands.failures import describe, user_error_types
@@ -17,10 +21,24 @@ from spinkv.commands.render import (
     stderr,
     write_text,
 )
-from spinkv.errors import ContextOverflowError
+from spinkv.errors import ContextOverflowError, InvalidInputError
+from spinkv.sampling import SamplingParams
 
 if TYPE_CHECKING:
-    from spinkv.api import ChatSession
+    from spinkv.api import ChatSession, RestoreOutcome
+    from spinkv.sessions import Transcript
+
+SessionOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--session",
+        help="Resume the saved session NAME (or start it) and save it after every turn. "
+        "Its model, KV cache options, sampler settings and system prompt apply unless "
+        "given here.",
+        show_default=False,
+        rich_help_panel=opt.GENERATION,
+    ),
+]
 
 BLOCK_QUOTE = '"""'
 PROMPT = ">>> "
@@ -31,6 +49,9 @@ HELP = """\
 /clear           forget the conversation (keeps the system prompt)
 /system [TEXT]   set the system prompt; without TEXT, back to the template's default
 /stats [layers]  KV cache statistics (per layer with 'layers')
+/save [NAME]     save the conversation and its KV cache (then autosave to NAME)
+/load NAME       continue a saved session (its cache is reused if it fits this model)
+/sessions        list saved sessions
 /exit            leave (also /quit, /bye, Ctrl-D, or Ctrl-C twice at the prompt)
 \"\"\"           start and end a multi-line message
 Ctrl-C           stop the reply being written; the conversation keeps what was shown"""
@@ -70,13 +91,16 @@ def parse_command(line: str) -> tuple[str, str] | None:
 class ChatRepl:
     """Reads messages, streams replies, runs slash commands."""
 
-    def __init__(self, chat: ChatSession, *, quiet: bool, verbose: bool) -> None:
+    def __init__(
+        self, chat: ChatSession, *, quiet: bool, verbose: bool, session_name: str | None = None
+    ) -> None:
         self.chat = chat
         self.quiet = quiet
         self.verbose = verbose
         self.interactive = sys.stdin.isatty()
         self.replies = 0
         self.pending_interrupts = 0
+        self.session_name = session_name
 
     def loop(self) -> None:
         if self.interactive and not self.quiet:
@@ -119,6 +143,7 @@ class ChatRepl:
         try:
             stream = self.chat.send(text)
         except KeyboardInterrupt:
+            self.chat.cancel()
             return
         except ContextOverflowError as exc:
             print_error(f"{exc}: /clear starts a new conversation")
@@ -143,6 +168,45 @@ class ChatRepl:
         elif result.finish_reason == "interrupted":
             print_note("[interrupted]")
         self.replies += 1
+        self.autosave()
+
+    def autosave(self) -> None:
+        """Saves the bound session after a turn; a failure is reported, never fatal."""
+        if self.session_name is not None:
+            self.save(self.session_name, quiet=True)
+
+    def save(self, name: str, *, quiet: bool = False) -> None:
+        from spinkv.sessions import save_chat, session_path
+
+        try:
+            size = save_chat(self.chat, session_path(name))
+        except user_error_types() as exc:
+            print_error(f"session {name} was not saved: {describe(exc)}")
+            return
+        self.session_name = name
+        if not quiet:
+            print_note(f"saved session {name} ({self.chat.stats()['turns']} turns, {size:,} bytes)")
+
+    def load(self, name: str) -> None:
+        from spinkv.sessions import existing_session, restore_chat
+
+        try:
+            outcome = restore_chat(self.chat, existing_session(name))
+        except user_error_types() as exc:
+            print_error(describe(exc))
+            return
+        self.session_name = name
+        print_note(restore_note(name, outcome))
+
+    def list_sessions(self) -> None:
+        from spinkv.commands.sessions import sessions_table
+        from spinkv.sessions import list_sessions
+
+        infos = list_sessions()
+        if infos:
+            stderr.print(sessions_table(infos))
+        else:
+            print_note("no saved sessions")
 
     def show_stats(self, *, per_layer: bool) -> None:
         stats = self.chat.stats()
@@ -165,6 +229,19 @@ class ChatRepl:
             print_note(f"system prompt: {argument}" if argument else "system prompt: default")
         elif name == "/stats":
             self.show_stats(per_layer=argument == "layers" or self.verbose)
+        elif name == "/save":
+            target = argument or self.session_name
+            if target is None:
+                print_error("/save needs a name the first time: /save NAME")
+            else:
+                self.save(target)
+        elif name == "/load":
+            if argument:
+                self.load(argument)
+            else:
+                print_error("/load needs a session name (/sessions lists them)")
+        elif name == "/sessions":
+            self.list_sessions()
         else:
             print_error(f"unknown command {name}: /help lists the commands")
         return True
@@ -187,6 +264,8 @@ def chat(
     v_bits: opt.VBitsOption = None,
     kv_window: opt.KvWindowOption = None,
     kv_page: opt.KvPageOption = None,
+    max_context: opt.MaxContextOption = None,
+    session: SessionOption = None,
     quiet: opt.QuietOption = False,
     verbose: opt.VerboseOption = False,
 ) -> None:
@@ -201,12 +280,67 @@ def chat(
         seed=seed,
     )
     kv_dict = opt.kv_from_flags(
-        preset=kv, k_bits=k_bits, v_bits=v_bits, window=kv_window, page_tokens=kv_page
+        preset=kv,
+        k_bits=k_bits,
+        v_bits=v_bits,
+        window=kv_window,
+        page_tokens=kv_page,
+        max_context=max_context,
     )
+    saved: Transcript | None = None
+    path: Path | None = None
+    if session is not None:
+        from spinkv.sessions import read_transcript, session_path
+
+        path = session_path(session)
+        if path.exists() or path.is_symlink():
+            saved, _ = read_transcript(path)  # unreadable: exit 2, the file stays as it is
+            model, kv_dict, sampling = resume_settings(saved, model, kv_dict, sampling)
 
     import spinkv.api as api
 
     loaded = api.load(model, threads=threads)
-    session = loaded.chat(system, kv=kv_dict, sampling=sampling, max_tokens=max_tokens)
+    chat_session = loaded.chat(system, kv=kv_dict, sampling=sampling, max_tokens=max_tokens)
+    if session is not None and saved is None and not quiet:
+        print_note(f"session {session}: new, saved after every turn to {path}")
+    if saved is not None and path is not None and session is not None:
+        from spinkv.sessions import restore_chat
+
+        outcome = restore_chat(chat_session, path)
+        if system is not None:
+            chat_session.set_system(system)
+        if not quiet or not outcome.reused:
+            print_note(restore_note(session, outcome))
     with LineHistory.for_chat(enabled=sys.stdin.isatty()):
-        ChatRepl(session, quiet=quiet, verbose=verbose).loop()
+        ChatRepl(chat_session, quiet=quiet, verbose=verbose, session_name=session).loop()
+
+
+def resume_settings(
+    saved: Transcript,
+    model: str | None,
+    kv: dict[str, Any] | None,
+    sampling: SamplingParams,
+) -> tuple[str | None, dict[str, Any] | None, SamplingParams]:
+    """A resumed session's model, KV options and sampler settings, overridden by flags."""
+    if model is None:
+        recorded = saved.model.get("path")
+        if isinstance(recorded, str) and Path(recorded).is_dir():
+            model = recorded
+        elif saved.model.get("name"):
+            print_note(f"the session's model {saved.model['name']} is gone: using the default")
+    if saved.kv:
+        kv = {**saved.kv, **(kv or {})}
+    if sampling == SamplingParams() and saved.sampling:
+        with contextlib.suppress(TypeError, ValueError, InvalidInputError):
+            sampling = SamplingParams(**saved.sampling)
+    return model, kv, sampling
+
+
+def restore_note(name: str, outcome: RestoreOutcome) -> str:
+    turns = f"{outcome.turns} turn{'s' if outcome.turns != 1 else ''}"
+    if outcome.reused:
+        return f"session {name}: resumed {turns}, {outcome.cached_tokens} tokens of KV cache reused"
+    return (
+        f"session {name}: resumed {turns}; KV cache not reused ({outcome.reason}); "
+        "the transcript is re-prefilled on the next turn"
+    )

@@ -133,6 +133,16 @@ KvPageOption = Annotated[
         "--kv-page", help="Tokens per cache page.", show_default=False, rich_help_panel=KV_CACHE
     ),
 ]
+MaxContextOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-context",
+        help="Most tokens the KV cache holds (default: the model's context). In chat, a full "
+        "cache slides: its oldest pages after the first are retired.",
+        show_default=False,
+        rich_help_panel=KV_CACHE,
+    ),
+]
 QuietOption = Annotated[
     bool,
     typer.Option(
@@ -176,6 +186,14 @@ def kv_from_flags(
     v_bits: float | None,
     window: int | None,
     page_tokens: int | None,
+    max_context: int | None = None,
 ) -> dict[str, Any] | None:
     """The `kv` dict for Model.session(); the runtime validates the values."""
-    return kv_options(preset, k_bits=k_bits, v_bits=v_bits, window=window, page_tokens=page_tokens)
+    return kv_options(
+        preset,
+        k_bits=k_bits,
+        v_bits=v_bits,
+        window=window,
+        page_tokens=page_tokens,
+        max_context=max_context,
+    )

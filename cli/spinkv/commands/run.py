@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from spinkv.commands import options as opt
-from spinkv.commands.render import print_timings, write_text
+from spinkv.commands.render import print_note, print_timings, write_text
 from spinkv.errors import InvalidInputError
 
 PromptArgument = Annotated[
@@ -17,6 +18,19 @@ PromptArgument = Annotated[
     typer.Argument(
         help="The user message. '-' (or no prompt with piped stdin) reads standard input.",
         show_default=False,
+    ),
+]
+
+
+PromptCacheOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--prompt-cache",
+        help="Reuse the longest matching token prefix of the prompt saved in FILE (only under "
+        "the same model, tokenizer, template, KV cache options and runtime), then save this "
+        "prompt and reply there.",
+        show_default=False,
+        rich_help_panel=opt.KV_CACHE,
     ),
 ]
 
@@ -54,6 +68,8 @@ def run(
     v_bits: opt.VBitsOption = None,
     kv_window: opt.KvWindowOption = None,
     kv_page: opt.KvPageOption = None,
+    max_context: opt.MaxContextOption = None,
+    prompt_cache: PromptCacheOption = None,
     json_output: Annotated[
         bool,
         typer.Option(
@@ -76,19 +92,57 @@ def run(
         seed=seed,
     )
     kv_dict = opt.kv_from_flags(
-        preset=kv, k_bits=k_bits, v_bits=v_bits, window=kv_window, page_tokens=kv_page
+        preset=kv,
+        k_bits=k_bits,
+        v_bits=v_bits,
+        window=kv_window,
+        page_tokens=kv_page,
+        max_context=max_context,
     )
     text = read_prompt(prompt)
 
     import spinkv.api as api
+    from spinkv import sessions
 
     loaded = api.load(model, threads=threads)
+    session = loaded.session(kv_dict)
+    cache = None
+    if prompt_cache is not None:
+        cache = sessions.open_prompt_cache(session, loaded.identity_extra, prompt_cache)
     stream = loaded.stream(
-        text, system=system, max_tokens=max_tokens, sampling=sampling, kv=kv_dict, raw=raw
+        text,
+        system=system,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        kv=kv_dict,
+        raw=raw,
+        session=session,
     )
+
+    def store_cache() -> None:
+        if cache is None or stream.result.finish_reason == "interrupted":
+            return
+        cache.reused_tokens = stream.result.cached_tokens
+        transcript = sessions.Transcript(
+            kind="prompt",
+            messages=[
+                {"role": "prompt" if raw else "user", "content": text},
+                {"role": "assistant", "content": stream.result.text},
+            ],
+            system=system,
+            model={"name": loaded.info["name"], "path": str(loaded.path)},
+            kv=kv_dict,
+            sampling=sampling.to_dict(),
+            max_tokens=max_tokens,
+        )
+        sessions.save_prompt_cache(session, loaded.identity_extra, cache.path, transcript)
+
     if json_output:
         result = stream.read_all()
+        store_cache()
         record = {"model": loaded.info["name"], **result.to_dict()}
+        if cache is not None:
+            record["prompt_cache"] = cache.to_dict()
         sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
         return
 
@@ -102,5 +156,8 @@ def run(
     result = stream.result
     if not result.text.endswith("\n"):
         write_text("\n")
+    store_cache()
     if not quiet:
         print_timings(result, verbose=verbose)
+        if cache is not None:
+            print_note(cache.note(result.prompt_tokens))

@@ -34,7 +34,8 @@ impl Isa {
         Isa::ALL.into_iter().find(|isa| isa.name() == wanted)
     }
 
-    /// Whether the CPU running this process can execute this ISA's instructions.
+    /// Whether the CPU running this process can execute this ISA's instructions. AVX-512 means
+    /// F + BW + VL on top of everything AVX2 needs (its kernels use F16C and FMA too).
     pub fn cpu_supports(self) -> bool {
         match self {
             Isa::Scalar => true,
@@ -78,10 +79,16 @@ impl Isa {
         }
     }
 
-    /// Whether this build ships kernels for the ISA. Others fall back to nothing: selecting
-    /// them is an error rather than a silent scalar run.
+    /// Whether this build ships kernels for the ISA: the x86 ones on x86_64, NEON on aarch64,
+    /// SIMD128 in a wasm32 build compiled with `+simd128`. Selecting any other is an error
+    /// rather than a silent scalar run.
     pub const fn has_kernels(self) -> bool {
-        matches!(self, Isa::Scalar | Isa::Avx2)
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 | Isa::Avx512 => cfg!(target_arch = "x86_64"),
+            Isa::Neon => cfg!(target_arch = "aarch64"),
+            Isa::Simd128 => cfg!(all(target_arch = "wasm32", target_feature = "simd128")),
+        }
     }
 
     fn to_code(self) -> u8 {
@@ -235,12 +242,39 @@ pub fn cpu_features() -> Vec<&'static str> {
     features
 }
 
-/// True when the AVX2 kernels may run: the active ISA was validated against the CPU.
-#[inline]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) fn use_avx2() -> bool {
-    cfg!(target_arch = "x86_64") && active_isa() == Isa::Avx2
+/// The ISAs this process can run kernels for (CPU support and kernels in this build), scalar
+/// first: what parity checks and per-ISA benchmarks iterate over.
+pub fn runnable_isas() -> Vec<Isa> {
+    Isa::ALL
+        .into_iter()
+        .filter(|isa| isa.has_kernels() && isa.cpu_supports())
+        .collect()
 }
+
+/// Calls `$f` from the per-ISA module of `$isa` (`avx512::$f`, `avx2::$f`, ...), or
+/// `scalar::$f` when this target has no module for it. Used inside each operation's `_on`
+/// function, whose contract is that `$isa` was validated against the running CPU.
+macro_rules! dispatch {
+    ($isa:expr, $f:ident($($arg:expr),* $(,)?)) => {{
+        let isa: $crate::Isa = $isa;
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller vouches that `isa` runs on this CPU (validated ISA).
+            $crate::Isa::Avx512 => unsafe { avx512::$f($($arg),*) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            $crate::Isa::Avx2 => unsafe { avx2::$f($($arg),*) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: as above.
+            $crate::Isa::Neon => unsafe { neon::$f($($arg),*) },
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            // SAFETY: simd128 is a compile-time feature of this module.
+            $crate::Isa::Simd128 => unsafe { simd128::$f($($arg),*) },
+            _ => scalar::$f($($arg),*),
+        }
+    }};
+}
+pub(crate) use dispatch;
 
 #[cfg(test)]
 mod tests {
@@ -269,5 +303,19 @@ mod tests {
         assert_eq!(active_isa(), Isa::Scalar);
         set_isa(detected_isa()).unwrap();
         assert_eq!(active_isa(), detected_isa());
+    }
+
+    #[test]
+    fn each_architecture_detects_its_own_simd() {
+        let runnable = runnable_isas();
+        assert_eq!(runnable[0], Isa::Scalar);
+        if cfg!(target_arch = "aarch64") {
+            // NEON is baseline on aarch64.
+            assert_eq!(detected_isa(), Isa::Neon);
+        }
+        if cfg!(target_arch = "x86_64") && Isa::Avx512.cpu_supports() {
+            assert_eq!(detected_isa(), Isa::Avx512);
+        }
+        assert!(runnable.contains(&detected_isa()));
     }
 }

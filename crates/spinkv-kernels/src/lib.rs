@@ -1,40 +1,56 @@
 //! Hot loops for spinkv.
 //!
 //! Every operation lives in its own module with a `scalar` reference implementation and one
-//! file per SIMD instruction set (`avx2` today; `avx512`, `neon` and `simd128` slot in beside
-//! it). The module's top-level function dispatches at run time on [`active_isa`], so one build
-//! runs on any CPU of its architecture: no `target-cpu=native` anywhere.
+//! file per SIMD instruction set: `avx2` and `avx512` on x86_64, `neon` on aarch64, `simd128` in
+//! wasm32 builds with `+simd128`. The module's top-level function dispatches at run time on
+//! [`active_isa`], so one build runs on any CPU of its architecture: no `target-cpu=native`
+//! anywhere. [`parity`] (tests, or the `parity` feature) checks every SIMD version against the
+//! scalar one.
 //!
 //! Kernels work on row ranges / single vectors; threading is the caller's job.
 
+mod canon;
 mod isa;
 mod simd;
 
+#[doc(hidden)]
+pub mod bench;
+pub mod codes;
 pub mod convert;
+pub mod fwht;
+pub mod kv_accumulate;
+pub mod kv_score;
 pub mod matmul;
 pub mod matvec;
+pub mod quantize;
 pub mod rmsnorm;
 pub mod rope;
+pub mod scales;
+pub mod scratch;
 pub mod softmax;
 pub mod swiglu;
 pub mod vec_f16;
 pub mod vec_f32;
 mod weight;
 
+pub use codes::{CodeLayout, Levels, MAX_CODED_DIM};
 pub use convert::{f16_to_f32, f32_to_f16};
 pub use half::{bf16, f16};
 pub use isa::{
-    active_isa, cpu_features, detected_isa, env_isa_override, select_isa, set_isa, Isa, IsaError,
+    active_isa, cpu_features, detected_isa, env_isa_override, runnable_isas, select_isa, set_isa,
+    Isa, IsaError,
 };
 pub use matmul::matmul;
 pub use matvec::matvec;
 pub use rmsnorm::rmsnorm;
 pub use rope::{rope, rope_tables};
-pub use softmax::softmax_inplace;
+pub use softmax::{exp_sub_sum, max_f32, softmax_inplace};
 pub use swiglu::swiglu;
 pub use vec_f16::{axpy_f16, dot_f16};
-pub use vec_f32::{axpy_f32, dot_f32};
+pub use vec_f32::{axpy_f32, dot_f32, mul_f32, scale_f32};
 pub use weight::{WeightDtype, WeightRef};
 
-#[cfg(test)]
+#[cfg(any(test, feature = "parity"))]
+pub mod parity;
+#[cfg(any(test, feature = "parity"))]
 mod test_util;

@@ -1,36 +1,124 @@
-//! Deterministic inputs and tolerances for the SIMD-vs-scalar parity tests.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+//! Deterministic inputs and tolerances for the SIMD-vs-scalar parity checks. Compiled for
+//! tests and for the `parity` feature (the wasm harness runs the same checks in node).
 
-/// The sizes every parity test runs: SIMD-width edges plus the real model's widths.
+/// The sizes every parity check runs: SIMD-width edges plus the real model's widths.
 pub(crate) const AWKWARD_SIZES: [usize; 15] =
     [1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 129, 576, 1536];
 
 /// splitmix64 stream mapped to [-1, 1).
 pub(crate) fn random_vec(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.uniform()).collect()
 }
 
-/// Stated tolerance for reductions: SIMD reorders the sum, so the error bound scales with the
-/// magnitude of the terms (`scale` = sum of |terms|), not with the result.
-pub(crate) fn assert_close(simd: f32, scalar: f32, scale: f32, what: &str) {
+/// splitmix64, for inputs that are not plain vectors (codes, signs, weights).
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1))
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub(crate) fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Stated tolerance for reductions: SIMD reorders the sum (and may fuse multiply-adds), so the
+/// error bound scales with the magnitude of the terms (`scale` = sum of |terms|), not with the
+/// result: `|simd - scalar| <= 1e-5 · max(scale, 1)`.
+pub(crate) fn close(simd: f32, scalar: f32, scale: f32, what: &dyn Fn() -> String) -> Check {
     let tolerance = 1e-5 * scale.max(1.0);
-    assert!(
-        (simd - scalar).abs() <= tolerance,
-        "{what}: simd {simd} vs scalar {scalar} (tolerance {tolerance})"
-    );
+    if (simd - scalar).abs() <= tolerance || (simd.is_nan() && scalar.is_nan()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: simd {simd} vs scalar {scalar} (tolerance {tolerance})",
+            what()
+        ))
+    }
 }
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn avx2_available() -> bool {
-    crate::Isa::Avx2.cpu_supports()
+/// Element-wise [`close`] with one scale for every element.
+pub(crate) fn all_close(
+    simd: &[f32],
+    scalar: &[f32],
+    scale: f32,
+    what: &dyn Fn() -> String,
+) -> Check {
+    if simd.len() != scalar.len() {
+        return Err(format!("{}: lengths differ", what()));
+    }
+    for (i, (g, e)) in simd.iter().zip(scalar).enumerate() {
+        close(*g, *e, scale, &|| format!("{} [{i}]", what()))?;
+    }
+    Ok(())
+}
+
+/// Exact equality, for integer and packing paths.
+pub(crate) fn identical<T: PartialEq + core::fmt::Debug>(
+    simd: &[T],
+    scalar: &[T],
+    what: &dyn Fn() -> String,
+) -> Check {
+    match simd.iter().zip(scalar).position(|(a, b)| a != b) {
+        None if simd.len() == scalar.len() => Ok(()),
+        None => Err(format!("{}: lengths differ", what())),
+        Some(i) => Err(format!(
+            "{}: first difference at {i}: simd {:?} vs scalar {:?}",
+            what(),
+            simd[i],
+            scalar[i]
+        )),
+    }
+}
+
+/// Outcome of one parity check: the first mismatch, described.
+pub(crate) type Check = Result<(), String>;
+
+/// Runs `check` for every ISA this process can run (scalar included, as a self-check).
+#[cfg(test)]
+pub(crate) fn for_each_isa(check: impl Fn(crate::Isa) -> Check) {
+    for isa in crate::isa::runnable_isas() {
+        if let Err(e) = check(isa) {
+            panic!("{isa}: {e}");
+        }
+    }
+}
+
+/// Whether `isa` follows the canonical arithmetic (`crate::canon`) and so must match the scalar
+/// reference bit for bit: every ISA with a fused multiply-add — all but SIMD128.
+pub(crate) fn is_canonical(isa: crate::Isa) -> bool {
+    isa != crate::Isa::Simd128
+}
+
+/// Bit-identical on canonical ISAs, [`all_close`] with `scale` on the others.
+pub(crate) fn canonical(
+    isa: crate::Isa,
+    simd: &[f32],
+    scalar: &[f32],
+    scale: f32,
+    what: &dyn Fn() -> String,
+) -> Check {
+    if is_canonical(isa) {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        identical(&bits(simd), &bits(scalar), &|| {
+            format!("{} (bit-exact)", what())
+        })
+    } else {
+        all_close(simd, scalar, scale, what)
+    }
 }

@@ -8,6 +8,7 @@
 //! cores busy during decode. Scratch per item is one page of scores per query head plus a few
 //! rows; nothing the size of the history is ever materialised.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use rayon::prelude::*;
@@ -15,13 +16,17 @@ use rayon::prelude::*;
 use crate::codec::fp16::Fp16Layout;
 use crate::codec::SealedCodec;
 use crate::config::KvShape;
-use crate::kernels::{accumulate_block_f16, axpy_f32, scale_f32, score_block_f16};
+use crate::kernels::{axpy_f32, exp_sub_sum, kv_accumulate, kv_score, max_f32, scale_f32};
 use crate::pool::PagePool;
 use crate::table::{LayerTable, PageKind, Segment};
 
 /// Below this many multiply-adds (`queries · heads · context · head_dim`) attention runs on the
-/// calling thread: splitting costs more than it saves.
+/// calling thread: splitting costs more than it saves. (Decode at depth 512 on a 9-head,
+/// head-dim-64 model is just above it.)
 pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 18;
+
+/// Items per pool thread when splitting: enough to even out a core that is busy elsewhere.
+const ITEMS_PER_THREAD: usize = 4;
 
 /// Everything one `attend` call reads.
 pub(crate) struct AttendJob<'a> {
@@ -39,31 +44,54 @@ pub(crate) struct AttendJob<'a> {
     pub(crate) n: usize,
 }
 
-/// Running softmax state of `qh` query heads: `m` max score, `l` sum of `exp(s - m)`, `acc`
-/// sum of `exp(s - m)·v` in the plain domain and `acc_sealed` in the codec's domain.
-struct Partial {
-    m: Vec<f32>,
-    l: Vec<f32>,
-    acc: Vec<f32>,
-    acc_sealed: Vec<f32>,
+/// Running softmax state of `qh` query heads, one item's slice of the call's state buffer:
+/// `m` max score, `l` sum of `exp(s - m)`, `acc` sum of `exp(s - m)·v` in the plain domain and
+/// `acc_sealed` in the codec's domain.
+struct Partial<'a> {
+    m: &'a mut [f32],
+    l: &'a mut [f32],
+    acc: &'a mut [f32],
+    acc_sealed: &'a mut [f32],
 }
 
-impl Partial {
-    fn new(qh: usize, d: usize) -> Self {
+impl<'a> Partial<'a> {
+    /// Floats of state for `qh` query heads.
+    fn len(qh: usize, d: usize) -> usize {
+        qh * (2 + 2 * d)
+    }
+
+    /// Splits `buf` (`len(qh, d)` floats) into a fresh state: no scores seen yet.
+    fn init(buf: &'a mut [f32], qh: usize, d: usize) -> Self {
+        let (m, rest) = buf.split_at_mut(qh);
+        let (l, rest) = rest.split_at_mut(qh);
+        let (acc, acc_sealed) = rest.split_at_mut(qh * d);
+        m.fill(f32::NEG_INFINITY);
+        l.fill(0.0);
+        acc.fill(0.0);
+        acc_sealed.fill(0.0);
         Partial {
-            m: vec![f32::NEG_INFINITY; qh],
-            l: vec![0.0; qh],
-            acc: vec![0.0; qh * d],
-            acc_sealed: vec![0.0; qh * d],
+            m,
+            l,
+            acc,
+            acc_sealed,
         }
     }
 
-    fn bytes(&self) -> usize {
-        4 * (self.m.len() + self.l.len() + self.acc.len() + self.acc_sealed.len())
+    /// A view of a state `init` laid out in `buf`.
+    fn view(buf: &'a mut [f32], qh: usize, d: usize) -> Self {
+        let (m, rest) = buf.split_at_mut(qh);
+        let (l, rest) = rest.split_at_mut(qh);
+        let (acc, acc_sealed) = rest.split_at_mut(qh * d);
+        Partial {
+            m,
+            l,
+            acc,
+            acc_sealed,
+        }
     }
 
     /// Folds `other` (same query heads, a disjoint set of keys) into `self`.
-    fn merge(&mut self, other: &Partial, d: usize) {
+    fn merge(&mut self, other: &Partial<'_>, d: usize) {
         for qh in 0..self.m.len() {
             let m = self.m[qh].max(other.m[qh]);
             if m == f32::NEG_INFINITY {
@@ -75,8 +103,8 @@ impl Partial {
             self.l[qh] = self.l[qh] * a + other.l[qh] * b;
             let rows = qh * d..(qh + 1) * d;
             for (acc, other_acc) in [
-                (&mut self.acc, &other.acc),
-                (&mut self.acc_sealed, &other.acc_sealed),
+                (&mut *self.acc, &*other.acc),
+                (&mut *self.acc_sealed, &*other.acc_sealed),
             ] {
                 let (x, y) = (&mut acc[rows.clone()], &other_acc[rows.clone()]);
                 for (xi, yi) in x.iter_mut().zip(y) {
@@ -93,7 +121,13 @@ struct Item {
     segments: Range<usize>,
 }
 
-/// Runs the attention; returns the scratch bytes it used (all items together).
+thread_local! {
+    /// Per-thread scratch of `run_item` (queries, prepared state, a page of scores), reused
+    /// across calls so the decode loop allocates nothing per page or per item.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs the attention; returns the scratch bytes it used (all threads together).
 pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     let shape = job.shape;
     let d = shape.head_dim;
@@ -108,19 +142,34 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
         shape.n_kv_heads,
         job.n,
         n_segments,
-        if parallel { 8 * threads } else { 1 },
+        if parallel {
+            ITEMS_PER_THREAD * threads
+        } else {
+            1
+        },
     );
-    let run = |item: &Item| run_item(job, item);
-    let partials: Vec<(Partial, usize)> = if parallel {
-        items.par_iter().map(run).collect()
+    // Every item's state at the same stride (query ranges differ by at most one query).
+    let max_qh = items.iter().map(|it| it.queries.len()).max().unwrap_or(0) * group;
+    let stride = Partial::len(max_qh, d);
+    let mut states = vec![0.0f32; items.len() * stride];
+    let run = |(item, state): (&Item, &mut [f32])| run_item(job, item, state);
+    let per_thread: usize = if parallel {
+        items
+            .par_iter()
+            .zip(states.par_chunks_mut(stride))
+            .map(run)
+            .max()
     } else {
-        items.iter().map(run).collect()
-    };
-    let mut scratch: usize = partials.iter().map(|(p, s)| p.bytes() + s).sum();
+        items.iter().zip(states.chunks_mut(stride)).map(run).max()
+    }
+    .unwrap_or(0);
+    // Item scratch is per thread (reused across items and calls), states are per item.
+    let mut scratch = per_thread * items.len().min(threads) + 4 * states.len();
 
     // Merge split-K partials in order and write the outputs.
     let mut finished = vec![0.0f32; d];
     scratch += finished.len() * 4;
+    let mut runs = states.chunks_mut(stride);
     let mut i = 0;
     while i < items.len() {
         let (kv_head, queries) = (items[i].kv_head, items[i].queries.clone());
@@ -128,19 +177,14 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
         while j < items.len() && items[j].kv_head == kv_head && items[j].queries == queries {
             j += 1;
         }
-        let (first, rest) = partials[i..j].split_first().expect("non-empty run");
-        let mut total = Partial {
-            m: first.0.m.clone(),
-            l: first.0.l.clone(),
-            acc: first.0.acc.clone(),
-            acc_sealed: first.0.acc_sealed.clone(),
-        };
-        scratch += total.bytes();
-        for (partial, _) in rest {
-            total.merge(partial, d);
+        let n_qh = queries.len() * group;
+        let mut total = Partial::view(runs.next().expect("one state per item"), n_qh, d);
+        for _ in i + 1..j {
+            let other = Partial::view(runs.next().expect("one state per item"), n_qh, d);
+            total.merge(&other, d);
         }
         if let Some(codec) = job.codec {
-            codec.finish(job.layer, kv_head, &mut total.acc_sealed);
+            codec.finish(job.layer, kv_head, total.acc_sealed);
         }
         for (qi, query) in queries.clone().enumerate() {
             for h in 0..group {
@@ -150,7 +194,7 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
                 let l = total.l[qh];
                 let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
                 finished.copy_from_slice(&total.acc[qh * d..(qh + 1) * d]);
-                axpy_f32(&mut finished, 1.0, &total.acc_sealed[qh * d..(qh + 1) * d]);
+                axpy_f32(1.0, &total.acc_sealed[qh * d..(qh + 1) * d], &mut finished);
                 for (o, f) in dst.iter_mut().zip(&finished) {
                     *o = f * inv;
                 }
@@ -186,32 +230,52 @@ fn plan_items(n_kv_heads: usize, n: usize, n_segments: usize, target: usize) -> 
     items
 }
 
-/// One item's online softmax; returns its state and the scratch bytes it used besides.
-fn run_item(job: &AttendJob<'_>, item: &Item) -> (Partial, usize) {
+/// One item's online softmax into `state` (`Partial::len` floats at least); returns the
+/// scratch bytes it used.
+fn run_item(job: &AttendJob<'_>, item: &Item, state: &mut [f32]) -> usize {
+    SCRATCH.with(|cell| {
+        // A re-entrant call on this thread (none today) would get its own buffer.
+        match cell.try_borrow_mut() {
+            Ok(mut scratch) => run_item_with(job, item, state, &mut scratch),
+            Err(_) => run_item_with(job, item, state, &mut Vec::new()),
+        }
+    })
+}
+
+fn run_item_with(
+    job: &AttendJob<'_>,
+    item: &Item,
+    state: &mut [f32],
+    scratch: &mut Vec<f32>,
+) -> usize {
     let shape = job.shape;
     let (d, group, page_tokens) = (shape.head_dim, shape.group_size(), job.page_tokens);
     let n_q = item.queries.len();
     let n_qh = n_q * group;
     let first_pos = job.start + item.queries.start;
     let scale = 1.0 / (d as f32).sqrt();
+    let mut state = Partial::init(&mut state[..Partial::len(n_qh, d)], n_qh, d);
+
+    let sealed = job.codec.filter(|_| !job.table.sealed.is_empty());
+    let prepared_len = sealed.map_or(0, |codec| codec.prepared_len(n_qh));
+    let needed = n_qh * d + prepared_len + n_qh * page_tokens;
+    if scratch.len() < needed {
+        scratch.resize(needed, 0.0);
+    }
+    let (queries, rest) = scratch[..needed].split_at_mut(n_qh * d);
+    let (prepared, scores) = rest.split_at_mut(prepared_len);
 
     // Pre-scaled queries of the group, `[query][head in group][d]`.
-    let mut queries = vec![0.0f32; n_qh * d];
     for (qi, query) in item.queries.clone().enumerate() {
         let src = &job.q[(query * shape.n_heads + item.kv_head * group) * d..][..group * d];
         let dst = &mut queries[qi * group * d..(qi + 1) * group * d];
         dst.copy_from_slice(src);
         scale_f32(dst, scale);
     }
-    let mut prepared = Vec::new();
-    if let (Some(codec), true) = (job.codec, !job.table.sealed.is_empty()) {
-        prepared = vec![0.0f32; codec.prepared_len(n_qh)];
-        codec.prepare(job.layer, item.kv_head, &queries, &mut prepared);
+    if let Some(codec) = sealed {
+        codec.prepare(job.layer, item.kv_head, queries, prepared);
     }
-    let mut scores = vec![0.0f32; n_qh * page_tokens];
-    let mut row = vec![0.0f32; d];
-    let mut state = Partial::new(n_qh, d);
-    let last_pos = first_pos + n_q - 1;
+    let last_pos = first_pos + n_q.max(1) - 1;
 
     for index in item.segments.clone() {
         let seg = job.table.segment(index, page_tokens);
@@ -223,21 +287,13 @@ fn run_item(job: &AttendJob<'_>, item: &Item) -> (Partial, usize) {
         match seg.kind {
             PageKind::Fp16 => {
                 let page = job.fp16_pool.page(seg.page);
-                let keys = job.fp16.keys(page, item.kv_head);
-                score_block_f16(
-                    keys,
-                    d,
-                    visible,
-                    &queries,
-                    &mut row,
-                    &mut scores,
-                    page_tokens,
-                );
+                let keys = &job.fp16.keys(page, item.kv_head)[..visible * d];
+                kv_score::score_f16(keys, d, queries, scores, page_tokens);
             }
             PageKind::Sealed => {
                 let codec = job.codec.expect("sealed pages imply a codec");
                 let page = job.sealed_pool.page(seg.page);
-                codec.score_page(page, item.kv_head, &prepared, n_qh, visible, &mut scores);
+                codec.score_page(page, item.kv_head, prepared, n_qh, visible, scores);
             }
         }
         softmax_step(
@@ -246,33 +302,24 @@ fn run_item(job: &AttendJob<'_>, item: &Item) -> (Partial, usize) {
             group,
             page_tokens,
             visible,
-            &mut scores,
+            scores,
             &mut state,
             d,
         );
         match seg.kind {
             PageKind::Fp16 => {
                 let page = job.fp16_pool.page(seg.page);
-                let values = job.fp16.values(page, item.kv_head);
-                let acc = &mut state.acc;
-                accumulate_block_f16(values, d, visible, &scores, page_tokens, &mut row, acc);
+                let values = &job.fp16.values(page, item.kv_head)[..visible * d];
+                kv_accumulate::accumulate_f16(values, d, scores, page_tokens, state.acc);
             }
             PageKind::Sealed => {
                 let codec = job.codec.expect("sealed pages imply a codec");
                 let page = job.sealed_pool.page(seg.page);
-                codec.accumulate_page(
-                    page,
-                    item.kv_head,
-                    &scores,
-                    n_qh,
-                    visible,
-                    &mut state.acc_sealed,
-                );
+                codec.accumulate_page(page, item.kv_head, scores, n_qh, visible, state.acc_sealed);
             }
         }
     }
-    let scratch = 4 * (queries.len() + prepared.len() + scores.len() + row.len());
-    (state, scratch)
+    4 * needed
 }
 
 /// Folds one page's raw scores into the running state and turns them into the weights of the
@@ -285,7 +332,7 @@ fn softmax_step(
     page_tokens: usize,
     visible: usize,
     scores: &mut [f32],
-    state: &mut Partial,
+    state: &mut Partial<'_>,
     d: usize,
 ) {
     let n_qh = state.m.len();
@@ -301,8 +348,7 @@ fn softmax_step(
             s.fill(0.0);
             continue;
         }
-        let page_max = s[..limit].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let m_new = state.m[qh].max(page_max);
+        let m_new = state.m[qh].max(max_f32(&s[..limit]));
         let rescale = (state.m[qh] - m_new).exp();
         if rescale != 1.0 {
             state.l[qh] *= rescale;
@@ -310,13 +356,8 @@ fn softmax_step(
             scale_f32(&mut state.acc_sealed[qh * d..(qh + 1) * d], rescale);
         }
         state.m[qh] = m_new;
-        let mut sum = 0.0f32;
-        for x in &mut s[..limit] {
-            *x = (*x - m_new).exp();
-            sum += *x;
-        }
+        state.l[qh] += exp_sub_sum(&mut s[..limit], m_new);
         s[limit..].fill(0.0);
-        state.l[qh] += sum;
     }
 }
 

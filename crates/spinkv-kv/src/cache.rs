@@ -8,23 +8,36 @@ use crate::codec::SealedCodec;
 use crate::config::{KvConfig, KvShape};
 use crate::error::KvError;
 use crate::kernels::f16_to_f32;
-use crate::pool::PagePool;
+use crate::lifecycle::{Checkpoint, Growth};
+use crate::pool::{PageId, PagePool};
 use crate::stats::{CacheStats, LayerStats};
-use crate::table::{LayerTable, TokenRun};
+use crate::table::{LayerTable, PageKind, TokenRun};
 
 /// A paged KV cache for one sequence: every layer's keys and values, recent tokens in fp16
 /// and (with a compressing codec) older tokens in compressed pages.
+///
+/// Cache indices vs sequence positions: after [`KvCache::retire`] dropped the tokens at
+/// positions `gap..gap + retired`, cache index `i` holds position `i` below `gap` and
+/// `i + retired` from `gap` on. Attention works on cache indices (keys carry their position
+/// in their RoPE rotation); page headers record sequence positions.
 pub struct KvCache {
-    shape: KvShape,
-    config: KvConfig,
-    fp16: Fp16Layout,
-    fp16_pool: PagePool,
-    codec: Option<Box<dyn SealedCodec>>,
-    sealed_pool: PagePool,
-    layers: Vec<LayerTable>,
+    pub(crate) shape: KvShape,
+    pub(crate) config: KvConfig,
+    pub(crate) fp16: Fp16Layout,
+    pub(crate) fp16_pool: PagePool,
+    pub(crate) codec: Option<Box<dyn SealedCodec>>,
+    pub(crate) sealed_pool: PagePool,
+    pub(crate) layers: Vec<LayerTable>,
+    /// Tokens dropped by `retire`, and the cache index where they were.
+    pub(crate) retired: usize,
+    pub(crate) gap: usize,
+    /// State to return to on `rollback`; its pages are held while it lives.
+    pub(crate) checkpoint: Option<Checkpoint>,
+    /// Geometric growth of the pools, once `reserve` was called.
+    pub(crate) growth: Option<Growth>,
     /// `[n_kv_heads][page_tokens][head_dim]` floats for moving a page through a codec.
-    staging_keys: Vec<f32>,
-    staging_values: Vec<f32>,
+    pub(crate) staging_keys: Vec<f32>,
+    pub(crate) staging_values: Vec<f32>,
     peak_scratch: AtomicUsize,
 }
 
@@ -50,6 +63,10 @@ impl KvCache {
             codec,
             fp16,
             layers: (0..shape.n_layers).map(|_| LayerTable::default()).collect(),
+            retired: 0,
+            gap: 0,
+            checkpoint: None,
+            growth: None,
             staging_keys: vec![0.0; staging],
             staging_values: vec![0.0; staging],
             peak_scratch: AtomicUsize::new(0),
@@ -172,12 +189,36 @@ impl KvCache {
         Ok(())
     }
 
-    /// Drops every token at position `>= len` in every layer (no-op beyond the current length).
-    /// Rolling back into a compressed page re-stores the kept part of it in fp16 from its codes.
+    /// Drops every token at cache index `>= len` in every layer (no-op beyond the current
+    /// length). Rolling back into a compressed page re-stores the kept part of it in fp16 from
+    /// its codes. Cutting at or below the retirement gap forgets the retirement.
     pub fn truncate(&mut self, len: usize) {
         for layer in 0..self.shape.n_layers {
             self.truncate_layer(layer, len);
         }
+        if self.retired > 0 && len <= self.gap {
+            self.retired = 0;
+            self.gap = 0;
+        }
+    }
+
+    /// Sequence position of the token at cache index `index`.
+    pub fn position_of(&self, index: usize) -> usize {
+        if self.retired > 0 && index >= self.gap {
+            index + self.retired
+        } else {
+            index
+        }
+    }
+
+    /// Tokens dropped by [`KvCache::retire`] so far.
+    pub fn retired(&self) -> usize {
+        self.retired
+    }
+
+    /// Cache index where retired tokens were (0 when none were).
+    pub fn gap(&self) -> usize {
+        self.gap
     }
 
     /// Empties the cache; its pages stay in the pools for reuse.
@@ -223,7 +264,7 @@ impl KvCache {
         }
         total.finish(self.shape.kv_width());
         debug_assert_eq!(
-            total.pages_used,
+            total.pages_used + self.checkpoint.as_ref().map_or(0, |c| c.held_pages()),
             self.fp16_pool.used() + self.sealed_pool.used()
         );
         let len = self.len();
@@ -252,38 +293,47 @@ impl KvCache {
     /// Writes one token (`[n_kv_heads][head_dim]` rows) at the end of the sink or window run.
     fn push_token(&mut self, layer: usize, to_sink: bool, k_row: &[f32], v_row: &[f32]) {
         let p = self.config.page_tokens;
-        let table = &mut self.layers[layer];
-        let first_token = table.len(p);
-        let run = if to_sink {
-            &mut table.sink
-        } else {
-            &mut table.window
-        };
-        let (page, slot) = match run.next_slot(p) {
+        let first_token = self.position_of(self.layers[layer].len(p));
+        let (page, slot) = match run_of(&mut self.layers[layer], to_sink).next_slot(p) {
+            // A page the checkpoint still needs is copied before it is written to (a truncate
+            // inside the turn may have cut it short).
+            Some((held, slot)) if self.held_tokens(PageKind::Fp16, held) > slot => {
+                let copy = self.alloc_page(PageKind::Fp16);
+                let bytes = self.fp16_pool.page(held).to_vec();
+                self.fp16_pool.page_mut(copy).copy_from_slice(&bytes);
+                let run = run_of(&mut self.layers[layer], to_sink);
+                *run.pages.back_mut().expect("next_slot found a page") = copy;
+                self.release_page(PageKind::Fp16, held);
+                (copy, slot)
+            }
             Some(at) => at,
             None => {
-                let page = self.fp16_pool.alloc();
+                let page = self.alloc_page(PageKind::Fp16);
                 self.fp16
                     .init_page(self.fp16_pool.page_mut(page), layer, first_token);
-                run.pages.push_back(page);
+                run_of(&mut self.layers[layer], to_sink)
+                    .pages
+                    .push_back(page);
                 (page, 0)
             }
         };
         let bytes = self.fp16_pool.page_mut(page);
         self.fp16.write_token(bytes, slot, k_row, v_row);
         self.fp16.set_tokens(bytes, slot + 1);
-        run.tokens += 1;
+        run_of(&mut self.layers[layer], to_sink).tokens += 1;
     }
 
     /// Encodes the window's oldest pages while the window holds a full page beyond its size.
     fn seal_overflow(&mut self, layer: usize) {
-        let Some(codec) = self.codec.as_deref() else {
+        if self.codec.is_none() {
             return;
-        };
+        }
         let p = self.config.page_tokens;
         while self.layers[layer].window.tokens >= self.config.window + p {
+            let first_token = self.position_of(self.layers[layer].window_start(p));
+            let sealed = self.alloc_page(PageKind::Sealed);
+            let codec = self.codec.as_deref().expect("checked above");
             let table = &mut self.layers[layer];
-            let first_token = table.window_start(p);
             let fp16_page = table
                 .window
                 .pages
@@ -293,7 +343,6 @@ impl KvCache {
             let bytes = self.fp16_pool.page(fp16_page);
             f16_to_f32(self.fp16.keys_section(bytes), &mut self.staging_keys);
             f16_to_f32(self.fp16.values_section(bytes), &mut self.staging_values);
-            let sealed = self.sealed_pool.alloc();
             codec.encode_page(
                 layer,
                 first_token,
@@ -301,7 +350,7 @@ impl KvCache {
                 &self.staging_values,
                 self.sealed_pool.page_mut(sealed),
             );
-            self.fp16_pool.release(fp16_page);
+            self.release_page(PageKind::Fp16, fp16_page);
             self.layers[layer].sealed.push(sealed);
         }
     }
@@ -312,6 +361,7 @@ impl KvCache {
         if len >= table.len(p) {
             return;
         }
+        let mut released = Vec::new();
         let window_start = table.window_start(p);
         if len >= window_start {
             shrink_run(
@@ -320,18 +370,36 @@ impl KvCache {
                 p,
                 &mut self.fp16_pool,
                 &self.fp16,
+                &mut released,
             );
+            self.release_pages(PageKind::Fp16, released);
             return;
         }
-        shrink_run(&mut table.window, 0, p, &mut self.fp16_pool, &self.fp16);
+        shrink_run(
+            &mut table.window,
+            0,
+            p,
+            &mut self.fp16_pool,
+            &self.fp16,
+            &mut released,
+        );
         let sink_end = table.sink.tokens;
         if len < sink_end {
-            for page in table.sealed.drain(..) {
-                self.sealed_pool.release(page);
-            }
-            shrink_run(&mut table.sink, len, p, &mut self.fp16_pool, &self.fp16);
+            let sealed: Vec<_> = table.sealed.drain(..).collect();
+            shrink_run(
+                &mut table.sink,
+                len,
+                p,
+                &mut self.fp16_pool,
+                &self.fp16,
+                &mut released,
+            );
+            self.release_pages(PageKind::Fp16, released);
+            self.release_pages(PageKind::Sealed, sealed);
             return;
         }
+        self.release_pages(PageKind::Fp16, released);
+        let table = &mut self.layers[layer];
         let keep_pages = (len - sink_end) / p;
         let keep_tokens = (len - sink_end) % p;
         let partial = (keep_tokens > 0).then(|| table.sealed[keep_pages]);
@@ -357,9 +425,54 @@ impl KvCache {
                 self.push_token(layer, false, &k_row, &v_row);
             }
         }
-        for page in dropped {
-            self.sealed_pool.release(page);
+        self.release_pages(PageKind::Sealed, dropped);
+    }
+
+    /// A page from one of the pools, growing it geometrically once `reserve` was called.
+    pub(crate) fn alloc_page(&mut self, kind: PageKind) -> PageId {
+        let cap = self.growth.map(|g| match kind {
+            PageKind::Fp16 => g.fp16_cap,
+            PageKind::Sealed => g.sealed_cap,
+        });
+        let pool = match kind {
+            PageKind::Fp16 => &mut self.fp16_pool,
+            PageKind::Sealed => &mut self.sealed_pool,
+        };
+        if let Some(cap) = cap {
+            if pool.free_count() == 0 {
+                // Doubling up to the cap; past it (copies a checkpoint forces) one page at a time.
+                let grown = (pool.allocated() * 2).min(cap).max(pool.allocated() + 1);
+                pool.reserve(grown);
+            }
         }
+        pool.alloc()
+    }
+
+    /// Returns a page to its pool, or to the checkpoint when the checkpoint still needs it.
+    pub(crate) fn release_page(&mut self, kind: PageKind, page: PageId) {
+        if let Some(checkpoint) = self.checkpoint.as_mut() {
+            if checkpoint.hold(kind, page) {
+                return;
+            }
+        }
+        match kind {
+            PageKind::Fp16 => self.fp16_pool.release(page),
+            PageKind::Sealed => self.sealed_pool.release(page),
+        }
+    }
+
+    fn release_pages(&mut self, kind: PageKind, pages: Vec<PageId>) {
+        for page in pages {
+            self.release_page(kind, page);
+        }
+    }
+
+    /// Tokens the checkpoint keeps in `page` (0 when there is no checkpoint or it does not
+    /// own the page).
+    fn held_tokens(&self, kind: PageKind, page: PageId) -> usize {
+        self.checkpoint
+            .as_ref()
+            .map_or(0, |c| c.owned_tokens(kind, page))
     }
 }
 
@@ -376,18 +489,27 @@ pub fn sealed_bits_per_channel(shape: &KvShape, config: &KvConfig) -> Result<f64
     Ok(page_bytes as f64 * 8.0 / channels as f64)
 }
 
-/// Keeps the first `keep` tokens of an fp16 run, releasing pages it no longer needs.
+fn run_of(table: &mut LayerTable, sink: bool) -> &mut TokenRun {
+    if sink {
+        &mut table.sink
+    } else {
+        &mut table.window
+    }
+}
+
+/// Keeps the first `keep` tokens of an fp16 run; the pages it no longer needs go to `released`.
 fn shrink_run(
     run: &mut TokenRun,
     keep: usize,
     page_tokens: usize,
     pool: &mut PagePool,
     layout: &Fp16Layout,
+    released: &mut Vec<PageId>,
 ) {
     let keep_pages = keep.div_ceil(page_tokens);
     while run.pages.len() > keep_pages {
         let page = run.pages.pop_back().expect("len > keep_pages >= 0");
-        pool.release(page);
+        released.push(page);
     }
     run.tokens = keep;
     if let Some(&last) = run.pages.back() {
@@ -400,7 +522,7 @@ fn shrink_run(
 impl KvCache {
     /// The keys and values attention effectively sees, `[len][n_kv_heads][d]` each: fp16 pages
     /// widened, sealed pages decoded. Test-only: the runtime never materialises this.
-    fn effective_kv(&mut self, layer: usize) -> (Vec<f32>, Vec<f32>) {
+    pub(crate) fn effective_kv(&mut self, layer: usize) -> (Vec<f32>, Vec<f32>) {
         let (p, d, h) = (
             self.config.page_tokens,
             self.shape.head_dim,

@@ -33,8 +33,9 @@ pub(crate) struct Codebook {
 }
 
 impl Codebook {
-    /// Index of the level nearest to `x`.
-    #[inline]
+    /// Index of the level nearest to `x` (the reference the vectorised quantiser is tested
+    /// against).
+    #[cfg(test)]
     pub(crate) fn quantize(&self, x: f32) -> u8 {
         // Thresholds are sorted: count those below x (≤ 255 comparisons, usually ≤ 15).
         self.thresholds.partition_point(|&t| t < x) as u8

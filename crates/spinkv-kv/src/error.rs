@@ -33,6 +33,15 @@ pub enum KvError {
     InvalidConfig(String),
     #[error("unknown KV preset {0:?}: expected one of fp16, turbo, turbo-qjl, kivi2, kivi4")]
     UnknownPreset(String),
+    #[error(
+        "cannot retire {count} tokens: whole pages of {page_tokens} after the head only, \
+         {retirable} retirable now"
+    )]
+    CannotRetire {
+        count: usize,
+        retirable: usize,
+        page_tokens: usize,
+    },
     #[error("corrupt KV page: {0}")]
     CorruptPage(#[from] crate::page::PageError),
 }

@@ -4,6 +4,8 @@
 //! `cache` (public `KvCache`: validation, lifecycle) → `table` (per-layer page tables) and
 //! `attend` (streaming attention over pages) → `codec` (page formats, attention from codes) →
 //! `page` (header format) and `pool` (page bookkeeping) → `kernels` (f32/f16 loops).
+//! Beside the cache manager: `lifecycle` (checkpoint/rollback, page retirement, reservation),
+//! `snapshot` (pages out and back in, validated) and `identity` (what must match for reuse).
 
 mod attend;
 mod cache;
@@ -11,16 +13,20 @@ mod codebook;
 mod codec;
 mod config;
 mod error;
+pub mod identity;
 mod kernels;
+mod lifecycle;
 mod pack;
 pub mod page;
 mod pool;
 mod rng;
+pub mod snapshot;
 mod stats;
 mod table;
 #[cfg(test)]
 mod test_support;
 mod transform;
+pub mod wire;
 
 pub use cache::{sealed_bits_per_channel, KvCache};
 pub use codebook::CODEBOOK_VERSION;
@@ -29,5 +35,7 @@ pub use config::{
     DEFAULT_SEED, DEFAULT_WINDOW, PRESETS,
 };
 pub use error::KvError;
+pub use identity::{CacheIdentity, Digest, IdentityInputs, CACHE_FORMAT_VERSION};
 pub use page::PageError;
+pub use snapshot::SnapshotError;
 pub use stats::{CacheStats, LayerStats};

@@ -1,9 +1,10 @@
 //! Page bookkeeping: a flat list of equally sized, 16-byte aligned pages with an O(1) free list.
 //!
 //! The pool knows nothing about tokens, layers or codecs (those live in `table` and `codec`).
-//! It grows one page at a time and never returns memory on its own: pages released by
-//! truncate/reset go back on the free list and are handed out again before anything new is
-//! allocated.
+//! It grows one page at a time unless told to `reserve` more, and never returns memory on its
+//! own: pages released by truncate/reset go back on the free list and are handed out again
+//! before anything new is allocated. `trim` gives free pages' memory back; their ids stay
+//! valid (vacant) and get memory again when next allocated.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -12,7 +13,7 @@ use bytemuck::{Pod, Zeroable};
 pub(crate) struct PageId(u32);
 
 impl PageId {
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self.0 as usize
     }
 }
@@ -34,6 +35,8 @@ pub(crate) struct PagePool {
     pages: Vec<Box<[Chunk16]>>,
     /// Stack of released pages; `alloc` pops, `release` pushes.
     free: Vec<PageId>,
+    /// Ids whose memory was given back by `trim` (their slot in `pages` is empty).
+    vacant: Vec<PageId>,
     in_use: Vec<bool>,
 }
 
@@ -44,6 +47,7 @@ impl PagePool {
             page_bytes: page_bytes.div_ceil(16) * 16,
             pages: Vec::new(),
             free: Vec::new(),
+            vacant: Vec::new(),
             in_use: Vec::new(),
         }
     }
@@ -55,15 +59,39 @@ impl PagePool {
     /// A page for exclusive use by the caller, recycled if one is free. Its contents are
     /// unspecified (the caller writes a header before use).
     pub(crate) fn alloc(&mut self) -> PageId {
-        if let Some(id) = self.free.pop() {
-            self.in_use[id.index()] = true;
+        let id = self.free.pop().unwrap_or_else(|| self.grow_one());
+        self.in_use[id.index()] = true;
+        id
+    }
+
+    /// A page with memory, not in use and not on the free list.
+    fn grow_one(&mut self) -> PageId {
+        let memory = vec![Chunk16([0; 16]); self.page_bytes / 16].into_boxed_slice();
+        if let Some(id) = self.vacant.pop() {
+            self.pages[id.index()] = memory;
             return id;
         }
         let index = u32::try_from(self.pages.len()).expect("page pool exceeds 2^32 pages");
-        self.pages
-            .push(vec![Chunk16([0; 16]); self.page_bytes / 16].into_boxed_slice());
-        self.in_use.push(true);
+        self.pages.push(memory);
+        self.in_use.push(false);
         PageId(index)
+    }
+
+    /// Grows the pool (onto the free list) until it holds `pages` pages with memory.
+    pub(crate) fn reserve(&mut self, pages: usize) {
+        while self.allocated() < pages {
+            let id = self.grow_one();
+            self.free.push(id);
+        }
+    }
+
+    /// Gives back the memory of free pages until at most `keep` pages hold memory.
+    pub(crate) fn trim(&mut self, keep: usize) {
+        while self.allocated() > keep {
+            let Some(id) = self.free.pop() else { break };
+            self.pages[id.index()] = Box::new([]);
+            self.vacant.push(id);
+        }
     }
 
     /// Return a page to the free list.
@@ -82,9 +110,9 @@ impl PagePool {
         bytemuck::cast_slice_mut(&mut self.pages[id.index()])
     }
 
-    /// Pages ever allocated (in use + free).
+    /// Pages holding memory (in use + free).
     pub(crate) fn allocated(&self) -> usize {
-        self.pages.len()
+        self.pages.len() - self.vacant.len()
     }
 
     pub(crate) fn free_count(&self) -> usize {
@@ -92,12 +120,17 @@ impl PagePool {
     }
 
     pub(crate) fn used(&self) -> usize {
-        self.pages.len() - self.free.len()
+        self.allocated() - self.free.len()
     }
 
     /// Bytes held by the pool, in use or free.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.pages.len() * self.page_bytes
+        self.allocated() * self.page_bytes
+    }
+
+    /// Size of the id space (ids are `0..id_bound()`), for per-page side tables.
+    pub(crate) fn id_bound(&self) -> usize {
+        self.pages.len()
     }
 }
 
@@ -137,6 +170,32 @@ mod tests {
             assert_eq!(page.as_ptr() as usize % 16, 0);
             page[111] = 7;
         }
+    }
+
+    #[test]
+    fn reserve_and_trim_move_memory_not_ids() {
+        let mut pool = PagePool::new(32);
+        pool.reserve(4);
+        assert_eq!(
+            (pool.allocated(), pool.used(), pool.free_count()),
+            (4, 0, 4)
+        );
+        let a = pool.alloc();
+        assert_eq!(pool.allocated(), 4);
+        pool.trim(1);
+        assert_eq!(
+            (pool.allocated(), pool.used(), pool.free_count()),
+            (1, 1, 0)
+        );
+        assert_eq!(pool.allocated_bytes(), 32);
+        let b = pool.alloc();
+        assert_ne!(a, b);
+        assert_eq!(pool.page(b).len(), 32, "a vacant id gets memory again");
+        assert_eq!(pool.id_bound(), 4);
+        pool.release(a);
+        pool.release(b);
+        pool.trim(0);
+        assert_eq!(pool.allocated(), 0);
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub(crate) struct Segment {
 }
 
 /// fp16 pages holding consecutive tokens; every page is full except possibly the last.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct TokenRun {
     pub(crate) pages: VecDeque<PageId>,
     pub(crate) tokens: usize,
@@ -43,7 +43,7 @@ pub(crate) struct TokenRun {
 
 impl TokenRun {
     /// Tokens held by page `index` of the run.
-    fn count_of(&self, index: usize, page_tokens: usize) -> usize {
+    pub(crate) fn count_of(&self, index: usize, page_tokens: usize) -> usize {
         (self.tokens - index * page_tokens).min(page_tokens)
     }
 
@@ -58,7 +58,7 @@ impl TokenRun {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct LayerTable {
     pub(crate) sink: TokenRun,
     pub(crate) sealed: Vec<PageId>,

@@ -10,6 +10,7 @@
 //! onto itself: exactly `d` coordinates are stored and no padding ever is. For power-of-two
 //! dims this is the single-block transform.
 
+use crate::kernels::fwht;
 use crate::rng::SplitMix64;
 
 /// Seed purpose tags (part of the cache identity).
@@ -66,42 +67,16 @@ impl Rotation {
     }
 }
 
-/// `x ← H·D·x / sqrt(n)`.
+/// `x ← H·D·x / sqrt(n)` (spinkv-kernels' `fwht`, bit-identical on every ISA).
+#[inline]
 fn signed_fwht(x: &mut [f32], signs: &[f32]) {
-    for (xi, s) in x.iter_mut().zip(signs) {
-        *xi *= s;
-    }
-    fwht_orthonormal(x);
+    fwht::signed_fwht(x, signs);
 }
 
 /// `x ← D·H·x / sqrt(n)` (the inverse of [`signed_fwht`]: H/sqrt(n) and D are involutions).
+#[inline]
 fn fwht_signed(x: &mut [f32], signs: &[f32]) {
-    fwht_orthonormal(x);
-    for (xi, s) in x.iter_mut().zip(signs) {
-        *xi *= s;
-    }
-}
-
-/// In-place Walsh–Hadamard transform scaled by `1/sqrt(n)`; `x.len()` a power of two.
-pub(crate) fn fwht_orthonormal(x: &mut [f32]) {
-    let n = x.len();
-    debug_assert!(n.is_power_of_two());
-    let mut h = 1;
-    while h < n {
-        for block in x.chunks_exact_mut(2 * h) {
-            let (lo, hi) = block.split_at_mut(h);
-            for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
-                let (u, v) = (*a, *b);
-                *a = u + v;
-                *b = u - v;
-            }
-        }
-        h *= 2;
-    }
-    let scale = 1.0 / (n as f32).sqrt();
-    for xi in x {
-        *xi *= scale;
-    }
+    fwht::fwht_signed(x, signs);
 }
 
 #[cfg(test)]
@@ -155,7 +130,7 @@ mod tests {
     fn fwht_spreads_a_spike_evenly() {
         let mut x = vec![0.0f32; 16];
         x[3] = 1.0;
-        fwht_orthonormal(&mut x);
+        signed_fwht(&mut x, &[1.0; 16]);
         assert!(x.iter().all(|v| (v.abs() - 0.25).abs() < 1e-7));
     }
 }

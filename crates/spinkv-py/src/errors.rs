@@ -3,7 +3,11 @@
 //! Hierarchy (all subclasses of `SpinkvError`, itself an `Exception`):
 //! `ModelFormatError` (bad or unsupported model files), `InvalidInputError` (bad arguments:
 //! sampling values, token ids, prompts longer than the context), `KvCacheError`, and
-//! `InternalError` (a caught Rust panic — a bug, never the user's fault).
+//! `InternalError` (a caught Rust panic — a bug, never the user's fault), and for session
+//! files: `SessionFileError` (unreadable: not a session, truncated, corrupt, from a newer
+//! spinkv), `SessionPagesError` (the transcript is intact but the KV pages are damaged) and
+//! `IdentityMismatchError` (the pages belong to another model, tokenizer, template, preset or
+//! runtime; its `fields` attribute lists the differing identity fields).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -13,11 +17,44 @@ use pyo3::prelude::*;
 use spinkv_kv::KvError;
 use spinkv_model::ModelError;
 
-create_exception!(_native, SpinkvError, PyException, "Base of every spinkv error.");
-create_exception!(_native, ModelFormatError, SpinkvError, "A model file is missing, corrupt or unsupported.");
-create_exception!(_native, InvalidInputError, SpinkvError, "An argument is out of range or malformed.");
-create_exception!(_native, KvCacheError, SpinkvError, "The KV cache refused an operation.");
-create_exception!(_native, InternalError, SpinkvError, "A bug inside spinkv (a caught Rust panic).");
+create_exception!(
+    _native,
+    SpinkvError,
+    PyException,
+    "Base of every spinkv error."
+);
+create_exception!(
+    _native,
+    ModelFormatError,
+    SpinkvError,
+    "A model file is missing, corrupt or unsupported."
+);
+create_exception!(
+    _native,
+    InvalidInputError,
+    SpinkvError,
+    "An argument is out of range or malformed."
+);
+create_exception!(
+    _native,
+    KvCacheError,
+    SpinkvError,
+    "The KV cache refused an operation."
+);
+create_exception!(
+    _native,
+    InternalError,
+    SpinkvError,
+    "A bug inside spinkv (a caught Rust panic)."
+);
+create_exception!(_native, SessionFileError, SpinkvError, "A session file cannot be read: not a session file, truncated, corrupt, or from a newer spinkv.");
+create_exception!(
+    _native,
+    SessionPagesError,
+    SpinkvError,
+    "A session file's transcript is intact but its KV pages cannot be used."
+);
+create_exception!(_native, IdentityMismatchError, SpinkvError, "A saved KV cache belongs to another model, tokenizer, template, cache policy or runtime; `fields` names what differs.");
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -26,6 +63,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;
     m.add("KvCacheError", py.get_type::<KvCacheError>())?;
     m.add("InternalError", py.get_type::<InternalError>())?;
+    m.add("SessionFileError", py.get_type::<SessionFileError>())?;
+    m.add("SessionPagesError", py.get_type::<SessionPagesError>())?;
+    m.add(
+        "IdentityMismatchError",
+        py.get_type::<IdentityMismatchError>(),
+    )?;
     Ok(())
 }
 

@@ -20,7 +20,10 @@ const KEYS: [&str; 10] = [
     "seed",
 ];
 
-pub fn kv_config_from_dict(options: Option<&Bound<'_, PyDict>>, context: usize) -> PyResult<KvConfig> {
+pub fn kv_config_from_dict(
+    options: Option<&Bound<'_, PyDict>>,
+    context: usize,
+) -> PyResult<KvConfig> {
     let Some(options) = options else {
         return Ok(KvConfig {
             max_tokens: context,

@@ -5,6 +5,7 @@
 mod errors;
 mod kv_options;
 mod model;
+mod persist;
 mod runtime;
 mod sampler;
 mod session;
@@ -15,6 +16,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     runtime::register(m)?;
+    persist::register(m)?;
     m.add_class::<model::PyModel>()?;
     m.add_class::<session::PySession>()?;
     m.add_class::<sampler::PySampler>()?;

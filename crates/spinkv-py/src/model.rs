@@ -1,7 +1,7 @@
 //! `Model`: loaded weights, shared by every session made from it.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -9,11 +9,14 @@ use spinkv_model::{Model, Session};
 
 use crate::errors::{guarded, model_error};
 use crate::kv_options::kv_config_from_dict;
+use crate::persist::{model_hash, ModelHashCell};
 use crate::session::PySession;
 
 #[pyclass(name = "Model", module = "spinkv._native", frozen)]
 pub struct PyModel {
     pub(crate) inner: Arc<Model>,
+    /// Content hash of the weights, computed on first use and shared with the sessions.
+    hash: ModelHashCell,
 }
 
 #[pymethods]
@@ -22,7 +25,18 @@ impl PyModel {
     #[staticmethod]
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyModel> {
         let inner = py.detach(|| guarded(|| Model::load(&path).map_err(model_error)))?;
-        Ok(PyModel { inner })
+        Ok(PyModel {
+            inner,
+            hash: Arc::new(OnceLock::new()),
+        })
+    }
+
+    /// Content hash (blake3, hex) of config.json and the safetensors files: computed once per
+    /// loaded model, cached on disk by file size and mtime.
+    fn content_hash(&self, py: Python<'_>) -> PyResult<String> {
+        let (cell, dir) = (&self.hash, self.inner.dir());
+        let digest = py.detach(|| guarded(|| model_hash(cell, dir)))?;
+        Ok(spinkv_kv::identity::hex(&digest))
     }
 
     /// Architecture figures as a dict (see docs/ARCHITECTURE.md for the keys).
@@ -57,7 +71,10 @@ impl PyModel {
         let config = kv_config_from_dict(kv, context)?;
         let model = Arc::clone(&self.inner);
         let inner = guarded(|| Session::new(model, config).map_err(model_error))?;
-        Ok(PySession { inner })
+        Ok(PySession {
+            inner,
+            model_hash: Arc::clone(&self.hash),
+        })
     }
 
     fn __repr__(&self) -> String {

@@ -1,17 +1,22 @@
 //! `Session`: one conversation's token history and KV cache.
 
+use std::path::PathBuf;
+
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use spinkv_kv::{CacheStats, LayerStats};
 use spinkv_model::Session;
 
-use crate::errors::{guarded, invalid_input, model_error};
+use crate::errors::{guarded, invalid_input, model_error, SessionPagesError};
+use crate::persist::{self, IdentityExtra, ModelHashCell};
 use crate::sampler::PySampler;
 
 #[pyclass(name = "Session", module = "spinkv._native")]
 pub struct PySession {
     pub(crate) inner: Session,
+    /// The model's content hash (shared with the `Model`), for the cache identity.
+    pub(crate) model_hash: ModelHashCell,
 }
 
 fn token_ids(tokens: Vec<i64>) -> PyResult<Vec<u32>> {
@@ -34,13 +39,12 @@ impl PySession {
         let tokens = token_ids(tokens)?;
         let n = tokens.len();
         let session = &mut self.inner;
-        let logits = py.detach(|| {
-            guarded(|| session.prefill(&tokens, all_logits).map_err(model_error))
-        })?;
+        let logits =
+            py.detach(|| guarded(|| session.prefill(&tokens, all_logits).map_err(model_error)))?;
         match logits {
             None => Ok(None),
             Some(flat) => {
-                let vocab = if n == 0 { 0 } else { flat.len() / n };
+                let vocab = flat.len().checked_div(n).unwrap_or(0);
                 let array = PyArray1::from_vec(py, flat).reshape([n, vocab])?;
                 Ok(Some(array))
             }
@@ -111,6 +115,138 @@ impl PySession {
     /// KV cache accounting from the pages actually allocated: per layer and total.
     fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.inner.cache_stats())
+    }
+
+    // ---- lifecycle ----------------------------------------------------------------------
+
+    /// Records the state a turn starts from (tokens, logits, KV pages): `rollback_turn()`
+    /// returns to it exactly, `commit_turn()` keeps the turn.
+    fn checkpoint(&mut self) {
+        self.inner.checkpoint();
+    }
+
+    /// Back to the last checkpoint; False when there is none.
+    fn rollback_turn(&mut self) -> bool {
+        self.inner.rollback_turn()
+    }
+
+    fn commit_turn(&mut self) {
+        self.inner.commit_turn();
+    }
+
+    /// When on, a full cache retires its oldest pages after the first (the attention sink)
+    /// instead of refusing tokens.
+    #[pyo3(signature = (on=true))]
+    fn set_sliding(&mut self, on: bool) -> PyResult<()> {
+        self.inner.set_sliding(on).map_err(model_error)
+    }
+
+    #[getter]
+    fn sliding(&self) -> bool {
+        self.inner.sliding()
+    }
+
+    /// Tokens held by the cache (`len(session)` minus the retired ones).
+    #[getter]
+    fn cache_len(&self) -> usize {
+        self.inner.cache_len()
+    }
+
+    /// Tokens dropped from the cache by the sliding window.
+    #[getter]
+    fn retired(&self) -> usize {
+        self.inner.retired()
+    }
+
+    /// Pre-allocates cache pages for `tokens` tokens; the pools then grow geometrically.
+    fn reserve(&mut self, tokens: usize) {
+        self.inner.reserve(tokens);
+    }
+
+    /// Gives back free cache pages beyond the reservation (after `reset`).
+    fn trim_memory(&mut self) {
+        self.inner.trim_memory();
+    }
+
+    /// blake3 (hex) of the tokens and the canonical KV snapshot: equal digests, equal state.
+    fn state_digest(&self, py: Python<'_>) -> String {
+        let session = &self.inner;
+        py.detach(|| {
+            let mut bytes: Vec<u8> = session
+                .tokens()
+                .iter()
+                .flat_map(|t| t.to_le_bytes())
+                .collect();
+            session.cache().export_snapshot(&mut bytes);
+            spinkv_kv::identity::hex(&spinkv_session::digest(&bytes))
+        })
+    }
+
+    // ---- persistence --------------------------------------------------------------------
+
+    /// The cache identity record as {field: value}. identity_extra: tokenizer_hash and
+    /// chat_template_hash (hex), computed by the caller.
+    #[pyo3(signature = (identity_extra=None))]
+    fn identity<'py>(
+        &self,
+        py: Python<'py>,
+        identity_extra: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let extra = IdentityExtra::from_dict(identity_extra)?;
+        let (cell, dir) = (&self.model_hash, self.inner.model().dir());
+        let hash = py.detach(|| guarded(|| persist::model_hash(cell, dir)))?;
+        persist::identity_dict(py, &persist::identity_of(&self.inner, hash, &extra))
+    }
+
+    /// Writes this session (identity, `transcript` JSON text, tokens, KV pages as stored) to
+    /// `path`, replacing it, synced to disk. Returns the bytes written. Atomic replacement
+    /// (temp file + rename) and locking are the caller's.
+    #[pyo3(signature = (path, transcript, identity_extra=None))]
+    fn save(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        transcript: &str,
+        identity_extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<usize> {
+        let extra = IdentityExtra::from_dict(identity_extra)?;
+        let (session, cell) = (&self.inner, &self.model_hash);
+        py.detach(|| {
+            guarded(|| {
+                let hash = persist::model_hash(cell, session.model().dir())?;
+                persist::save(session, hash, &extra, transcript, &path).map_err(Into::into)
+            })
+        })
+    }
+
+    /// Restores the session file at `path` into this session and returns its transcript.
+    /// Everything is checked first (file, identity, every page) and a fresh cache is swapped
+    /// in only then; on any error this session is untouched. Raises SessionFileError
+    /// (unreadable), IdentityMismatchError (`fields` lists what differs) or SessionPagesError
+    /// (damaged pages); in the last two cases `read_session(path)` still gives the transcript.
+    #[pyo3(signature = (path, identity_extra=None))]
+    fn load(
+        &mut self,
+        py: Python<'_>,
+        path: PathBuf,
+        identity_extra: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<String> {
+        let extra = IdentityExtra::from_dict(identity_extra)?;
+        let (session, cell) = (&mut self.inner, &self.model_hash);
+        let checked = py.detach(|| {
+            guarded(|| {
+                let hash = persist::model_hash(cell, session.model().dir())?;
+                Ok(persist::load_checked(session, hash, &extra, &path))
+            })
+        })?;
+        let (transcript, tokens, cache) = checked.map_err(|e| persist::file_error(py, &path, e))?;
+        session.restore(tokens, cache).map_err(|e| {
+            SessionPagesError::new_err(format!(
+                "session file {} cannot be restored into this session: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(transcript)
     }
 }
 

@@ -1,64 +1,55 @@
-//! AVX2/FMA/F16C batched matmul.
-//!
-//! Register tile: `ROWS` weight rows × `TOKENS` tokens of accumulators, vectorised along k.
-//! 3 rows × 4 tokens uses 12 accumulators + 3 widened weight vectors + 1 activation vector =
-//! all 16 ymm registers; each widened weight vector feeds 4 FMAs.
+//! AVX2/FMA/F16C batched matmul: register tiles of 2 weight rows × 2 tokens. Each output is
+//! the canonical 16-lane dot product (see `crate::canon`), held as two 8-lane accumulators:
+//! 8 accumulators + 4 widened weight vectors + the activations fit the 16 ymm registers, and
+//! each widened weight vector feeds 2 FMAs.
 
-use crate::simd::avx2::{hsum, Lanes};
+use crate::simd::avx2::{reduce16, tail_mask, Lanes};
+use crate::WeightRef;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-const ROWS: usize = 3;
-const TOKENS: usize = 4;
+const ROWS: usize = 2;
+const TOKENS: usize = 2;
 
 /// # Safety
 /// CPU must support AVX2+FMA+F16C; shapes as checked by `super::check_shapes`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matmul<L: Lanes>(
-    w: &[L],
-    k: usize,
-    x: &[f32],
-    rows: Range<usize>,
-    y: &mut [f32],
-) {
+pub unsafe fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+    // SAFETY: same target features as this function.
+    unsafe {
+        match w {
+            WeightRef::F16(w) => matmul_lanes(w, k, x, rows, y),
+            WeightRef::Bf16(w) => matmul_lanes(w, k, x, rows, y),
+            WeightRef::F32(w) => matmul_lanes(w, k, x, rows, y),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
     super::check_shapes_generic(w.len(), k, x, &rows, y);
     let n_tokens = x.len() / k;
     let n_out = rows.len();
-    let mut r = rows.start;
-    while r < rows.end {
-        let row_block = ROWS.min(rows.end - r);
-        let mut t = 0;
-        while t < n_tokens {
-            let token_block = TOKENS.min(n_tokens - t);
-            // SAFETY: r + row_block <= rows.end <= n_rows and t + token_block <= n_tokens, so
-            // every row/token the tile touches lies inside w, x and y (checked shapes).
-            unsafe {
-                let args = TileArgs {
-                    w: w.as_ptr().add(r * k),
-                    x: x.as_ptr().add(t * k),
-                    y: y.as_mut_ptr().add(t * n_out + (r - rows.start)),
-                    k,
-                    y_stride: n_out,
-                };
-                match (row_block, token_block) {
-                    (3, 4) => tile::<L, 3, 4>(args),
-                    (3, 3) => tile::<L, 3, 3>(args),
-                    (3, 2) => tile::<L, 3, 2>(args),
-                    (3, 1) => tile::<L, 3, 1>(args),
-                    (2, 4) => tile::<L, 2, 4>(args),
-                    (2, 3) => tile::<L, 2, 3>(args),
-                    (2, 2) => tile::<L, 2, 2>(args),
-                    (2, 1) => tile::<L, 2, 1>(args),
-                    (1, 4) => tile::<L, 1, 4>(args),
-                    (1, 3) => tile::<L, 1, 3>(args),
-                    (1, 2) => tile::<L, 1, 2>(args),
-                    _ => tile::<L, 1, 1>(args),
-                }
+    let first = rows.start;
+    super::for_each_tile(rows, n_tokens, ROWS, TOKENS, |r, nr, t, nt| {
+        // SAFETY: the tile's rows and tokens lie inside w, x and y (checked shapes), and the
+        // CPU has the target features of this function.
+        unsafe {
+            let args = TileArgs {
+                w: w.as_ptr().add(r * k),
+                x: x.as_ptr().add(t * k),
+                y: y.as_mut_ptr().add(t * n_out + (r - first)),
+                k,
+                y_stride: n_out,
+            };
+            match (nr, nt) {
+                (ROWS, TOKENS) => tile::<L, ROWS, TOKENS>(args),
+                (ROWS, _) => tile::<L, ROWS, 1>(args),
+                (_, TOKENS) => tile::<L, 1, TOKENS>(args),
+                _ => tile::<L, 1, 1>(args),
             }
-            t += token_block;
         }
-        r += row_block;
-    }
+    });
 }
 
 struct TileArgs<L> {
@@ -80,36 +71,59 @@ struct TileArgs<L> {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile<L: Lanes, const R: usize, const T: usize>(a: TileArgs<L>) {
     let k = a.k;
-    let k_vec = k / 8 * 8;
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let k16 = k / 16 * 16;
+    let zero = _mm256_setzero_ps();
+    // [row][token] × (lanes 0..8, lanes 8..16)
+    let mut lo = [[zero; T]; R];
+    let mut hi = [[zero; T]; R];
     let mut kk = 0;
-    while kk < k_vec {
-        // SAFETY: kk + 8 <= k, so every 8-lane load stays within its row / token.
+    while kk < k16 {
+        // SAFETY: kk + 16 <= k, so every load stays within its row / token.
         unsafe {
-            let mut wv = [_mm256_setzero_ps(); R];
-            for (i, wv) in wv.iter_mut().enumerate() {
-                *wv = L::load8(a.w.add(i * k + kk));
+            let mut wl = [zero; R];
+            let mut wh = [zero; R];
+            for i in 0..R {
+                wl[i] = L::load8(a.w.add(i * k + kk));
+                wh[i] = L::load8(a.w.add(i * k + kk + 8));
             }
             for t in 0..T {
-                let xv = _mm256_loadu_ps(a.x.add(t * k + kk));
+                let xl = _mm256_loadu_ps(a.x.add(t * k + kk));
+                let xh = _mm256_loadu_ps(a.x.add(t * k + kk + 8));
                 for i in 0..R {
-                    acc[i][t] = _mm256_fmadd_ps(wv[i], xv, acc[i][t]);
+                    lo[i][t] = _mm256_fmadd_ps(wl[i], xl, lo[i][t]);
+                    hi[i][t] = _mm256_fmadd_ps(wh[i], xh, hi[i][t]);
                 }
             }
         }
-        kk += 8;
+        kk += 16;
+    }
+    if k16 < k {
+        // The last partial block of 16: zero-padded weights, masked activations.
+        let rem = k - k16;
+        let (m_lo, m_hi) = (tail_mask(rem.min(8)), tail_mask(rem.saturating_sub(8)));
+        for i in 0..R {
+            let mut row = [0.0f32; 16];
+            for (j, v) in row.iter_mut().enumerate().take(rem) {
+                // SAFETY: k16 + j < k, inside the row.
+                *v = unsafe { (*a.w.add(i * k + k16 + j)).widen() };
+            }
+            // SAFETY: 16-element local array; masked loads stay below k in each token.
+            unsafe {
+                let wl = _mm256_loadu_ps(row.as_ptr());
+                let wh = _mm256_loadu_ps(row.as_ptr().add(8));
+                for t in 0..T {
+                    let xl = _mm256_maskload_ps(a.x.add(t * k + k16), m_lo);
+                    let xh = _mm256_maskload_ps(a.x.add(t * k + k16 + 8), m_hi);
+                    lo[i][t] = _mm256_fmadd_ps(wl, xl, lo[i][t]);
+                    hi[i][t] = _mm256_fmadd_ps(wh, xh, hi[i][t]);
+                }
+            }
+        }
     }
     for i in 0..R {
         for t in 0..T {
-            let mut sum = hsum(acc[i][t]);
-            // SAFETY: the tail indices k_vec..k are inside the row / token; the output
-            // (t, i) is inside the tile the caller vouched for.
-            unsafe {
-                for j in k_vec..k {
-                    sum += (*a.w.add(i * k + j)).widen() * *a.x.add(t * k + j);
-                }
-                *a.y.add(t * a.y_stride + i) = sum;
-            }
+            // SAFETY: output (t, i) is inside the tile the caller vouched for.
+            unsafe { *a.y.add(t * a.y_stride + i) = reduce16(lo[i][t], hi[i][t]) };
         }
     }
 }

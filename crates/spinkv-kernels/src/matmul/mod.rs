@@ -9,7 +9,14 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
 
+use crate::isa::{active_isa, dispatch, Isa};
 use crate::WeightRef;
 use std::ops::Range;
 
@@ -18,20 +25,61 @@ use std::ops::Range;
 /// `w` is `[n_rows, k]` row-major with `n_rows >= rows.end`.
 pub fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
     check_shapes(w, k, x, &rows, y);
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::use_avx2() {
-        // SAFETY: use_avx2() is true only after the CPU was checked for AVX2, FMA and F16C;
-        // shapes were checked above, which is all the kernel's pointer arithmetic relies on.
-        unsafe {
-            match w {
-                WeightRef::F16(w) => avx2::matmul(w, k, x, rows, y),
-                WeightRef::Bf16(w) => avx2::matmul(w, k, x, rows, y),
-                WeightRef::F32(w) => avx2::matmul(w, k, x, rows, y),
-            }
+    // SAFETY: active_isa() only returns ISAs validated against this CPU; shapes were checked,
+    // which is all the kernels' pointer arithmetic relies on.
+    unsafe { matmul_on(active_isa(), w, k, x, rows, y) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU.
+pub(crate) unsafe fn matmul_on(
+    isa: Isa,
+    w: WeightRef<'_>,
+    k: usize,
+    x: &[f32],
+    rows: Range<usize>,
+    y: &mut [f32],
+) {
+    dispatch!(isa, matmul(w, k, x, rows, y))
+}
+
+/// Walks the `[n_tokens] × rows` output in register tiles of `R` rows × `T` tokens: full tiles
+/// first, then the leftover tokens of each row block one at a time, then the leftover rows.
+/// `tile(row, n_rows_in_tile, token, n_tokens_in_tile)` with sizes `(R, T)`, `(R, 1)`,
+/// `(1, T)` or `(1, 1)` only, so each ISA instantiates just four register tiles.
+#[cfg_attr(
+    not(any(
+        target_arch = "aarch64",
+        target_arch = "wasm32",
+        target_arch = "x86_64"
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn for_each_tile(
+    rows: Range<usize>,
+    n_tokens: usize,
+    r_tile: usize,
+    t_tile: usize,
+    mut tile: impl FnMut(usize, usize, usize, usize),
+) {
+    let full_rows = rows.start + rows.len() / r_tile * r_tile;
+    let full_tokens = n_tokens / t_tile * t_tile;
+    for r in (rows.start..full_rows).step_by(r_tile) {
+        for t in (0..full_tokens).step_by(t_tile) {
+            tile(r, r_tile, t, t_tile);
         }
-        return;
+        for t in full_tokens..n_tokens {
+            tile(r, r_tile, t, 1);
+        }
     }
-    scalar::matmul(w, k, x, rows, y)
+    for r in full_rows..rows.end {
+        for t in (0..full_tokens).step_by(t_tile) {
+            tile(r, 1, t, t_tile);
+        }
+        for t in full_tokens..n_tokens {
+            tile(r, 1, t, 1);
+        }
+    }
 }
 
 pub(crate) fn check_shapes(w: WeightRef<'_>, k: usize, x: &[f32], rows: &Range<usize>, y: &[f32]) {
@@ -60,65 +108,67 @@ pub(crate) fn check_shapes_generic(
     );
 }
 
-#[cfg(test)]
-mod tests {
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
-    use super::*;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
     use crate::test_util::*;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use half::{bf16, f16};
-
-    #[cfg(target_arch = "x86_64")]
-    fn check(w: WeightRef<'_>, k: usize, n_rows: usize, n_tokens: usize) {
-        let x = random_vec(7 + k as u64, n_tokens * k);
-        // An offset row range exercises the rows.start arithmetic.
-        let rows = n_rows / 3..n_rows;
-        let mut expected = vec![0.0; n_tokens * rows.len()];
-        scalar::matmul(w, k, &x, rows.clone(), &mut expected);
-        let mut got = vec![0.0; expected.len()];
-        // SAFETY: guarded by the CPU check below in the caller.
-        unsafe {
-            match w {
-                WeightRef::F16(w) => avx2::matmul(w, k, &x, rows.clone(), &mut got),
-                WeightRef::Bf16(w) => avx2::matmul(w, k, &x, rows.clone(), &mut got),
-                WeightRef::F32(w) => avx2::matmul(w, k, &x, rows.clone(), &mut got),
+    for &k in &AWKWARD_SIZES {
+        for &(n_rows, n_tokens) in &[(1, 1), (7, 5), (13, 4), (9, 13), (17, 3), (25, 7)] {
+            let raw = random_vec(k as u64, n_rows * k);
+            let w16: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
+            let wb16: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
+            for w in [
+                WeightRef::F16(&w16),
+                WeightRef::Bf16(&wb16),
+                WeightRef::F32(&raw),
+            ] {
+                let x = random_vec(7 + k as u64, n_tokens * k);
+                // An offset row range exercises the rows.start arithmetic.
+                let rows = n_rows / 3..n_rows;
+                let mut expected = vec![0.0; n_tokens * rows.len()];
+                scalar::matmul(w, k, &x, rows.clone(), &mut expected);
+                let mut got = vec![0.0; expected.len()];
+                // SAFETY: `isa` comes from the runnable list.
+                unsafe { matmul_on(isa, w, k, &x, rows.clone(), &mut got) };
+                canonical(isa, &got, &expected, k as f32, &|| {
+                    format!("matmul {:?} k={k} tokens={n_tokens}", w.dtype())
+                })?;
             }
         }
-        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-            assert_close(
-                *g,
-                *e,
-                k as f32,
-                &format!("matmul k={k} tokens={n_tokens} i={i}"),
-            );
-        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_matches_scalar() {
+        crate::test_util::for_each_isa(parity);
     }
 
     #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn avx2_matches_scalar() {
-        if !avx2_available() {
-            eprintln!("skipped: no avx2");
-            return;
-        }
-        for &k in &AWKWARD_SIZES {
-            for &(n_rows, n_tokens) in &[(1, 1), (7, 5), (13, 4), (9, 13), (17, 3)] {
-                let raw = random_vec(k as u64, n_rows * k);
-                let w16: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
-                let wb16: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
-                check(WeightRef::F16(&w16), k, n_rows, n_tokens);
-                check(WeightRef::Bf16(&wb16), k, n_rows, n_tokens);
-                check(WeightRef::F32(&raw), k, n_rows, n_tokens);
-            }
+    fn tiles_cover_every_output_once() {
+        for (rows, n_tokens) in [(0..10, 7), (3..4, 1), (5..17, 12), (0..0, 3)] {
+            let mut seen = vec![0; rows.end * n_tokens];
+            for_each_tile(rows.clone(), n_tokens, 4, 3, |r, nr, t, nt| {
+                assert!((nr, nt) == (4, 3) || nr == 1 || nt == 1);
+                for i in r..r + nr {
+                    for j in t..t + nt {
+                        seen[i * n_tokens + j] += 1;
+                    }
+                }
+            });
+            assert!(seen[rows.start * n_tokens..].iter().all(|&c| c == 1));
         }
     }
 
     #[test]
     fn scalar_matches_naive_definition() {
         let (k, n_rows, n_tokens) = (5, 4, 3);
-        let w = random_vec(1, n_rows * k);
-        let x = random_vec(2, n_tokens * k);
+        let w = crate::test_util::random_vec(1, n_rows * k);
+        let x = crate::test_util::random_vec(2, n_tokens * k);
         let mut y = vec![0.0; n_tokens * 2];
         scalar::matmul(WeightRef::F32(&w), k, &x, 1..3, &mut y);
         for t in 0..n_tokens {

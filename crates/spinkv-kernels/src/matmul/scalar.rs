@@ -1,4 +1,4 @@
-//! Reference batched matmul: plain loops, f32 accumulation.
+//! Reference batched matmul: each output a canonical dot product (see `crate::canon`).
 
 use crate::WeightRef;
 use std::ops::Range;
@@ -24,7 +24,7 @@ fn matmul_generic<T: Copy>(
     for (x_row, y_row) in x.chunks_exact(k).zip(y.chunks_exact_mut(n_out.max(1))) {
         for (out, r) in y_row.iter_mut().zip(rows.clone()) {
             let w_row = &w[r * k..(r + 1) * k];
-            *out = w_row.iter().zip(x_row).map(|(&a, &b)| widen(a) * b).sum();
+            *out = crate::canon::dot(w_row, x_row, &widen);
         }
     }
 }

@@ -7,27 +7,36 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
 
+use crate::isa::{active_isa, dispatch, Isa};
 use crate::WeightRef;
 use std::ops::Range;
 
 /// `w`: `[n_rows, k]` row-major with `n_rows >= rows.end`; `x`: `[k]`; `y`: `[rows.len()]`.
 pub fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
     check_shapes(w.len(), k, x, &rows, y);
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::use_avx2() {
-        // SAFETY: use_avx2() is true only after the CPU was checked for AVX2, FMA and F16C;
-        // shapes were checked above, which is all the kernel's pointer arithmetic relies on.
-        unsafe {
-            match w {
-                WeightRef::F16(w) => avx2::matvec(w, k, x, rows, y),
-                WeightRef::Bf16(w) => avx2::matvec(w, k, x, rows, y),
-                WeightRef::F32(w) => avx2::matvec(w, k, x, rows, y),
-            }
-        }
-        return;
-    }
-    scalar::matvec(w, k, x, rows, y)
+    // SAFETY: active_isa() only returns ISAs validated against this CPU; shapes were checked,
+    // which is all the kernels' pointer arithmetic relies on.
+    unsafe { matvec_on(active_isa(), w, k, x, rows, y) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU.
+pub(crate) unsafe fn matvec_on(
+    isa: Isa,
+    w: WeightRef<'_>,
+    k: usize,
+    x: &[f32],
+    rows: Range<usize>,
+    y: &mut [f32],
+) {
+    dispatch!(isa, matvec(w, k, x, rows, y))
 }
 
 pub(crate) fn check_shapes(w_len: usize, k: usize, x: &[f32], rows: &Range<usize>, y: &[f32]) {
@@ -42,58 +51,41 @@ pub(crate) fn check_shapes(w_len: usize, k: usize, x: &[f32], rows: &Range<usize
     assert_eq!(y.len(), rows.len(), "matvec: y is not [rows]");
 }
 
-#[cfg(test)]
-mod tests {
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
-    use super::*;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
     use crate::test_util::*;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use half::{bf16, f16};
-
-    #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn avx2_matches_scalar() {
-        if !avx2_available() {
-            eprintln!("skipped: no avx2");
-            return;
-        }
-        for &k in &AWKWARD_SIZES {
-            for &n_rows in &[1usize, 3, 4, 5, 9, 17] {
-                let raw = random_vec(k as u64 * 31 + n_rows as u64, n_rows * k);
-                let x = random_vec(99, k);
-                let w16: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
-                let wb16: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
-                for w in [
-                    WeightRef::F16(&w16),
-                    WeightRef::Bf16(&wb16),
-                    WeightRef::F32(&raw),
-                ] {
-                    for rows in [0..n_rows, n_rows / 2..n_rows] {
-                        let mut expected = vec![0.0; rows.len()];
-                        scalar::matvec(w, k, &x, rows.clone(), &mut expected);
-                        let mut got = vec![0.0; rows.len()];
-                        // SAFETY: AVX2/FMA/F16C presence checked at the top of the test.
-                        unsafe {
-                            match w {
-                                WeightRef::F16(w) => avx2::matvec(w, k, &x, rows.clone(), &mut got),
-                                WeightRef::Bf16(w) => {
-                                    avx2::matvec(w, k, &x, rows.clone(), &mut got)
-                                }
-                                WeightRef::F32(w) => avx2::matvec(w, k, &x, rows.clone(), &mut got),
-                            }
-                        }
-                        for (g, e) in got.iter().zip(&expected) {
-                            assert_close(
-                                *g,
-                                *e,
-                                k as f32,
-                                &format!("matvec {:?} k={k}", w.dtype()),
-                            );
-                        }
-                    }
+    for &k in &AWKWARD_SIZES {
+        for &n_rows in &[1usize, 3, 4, 5, 9, 17] {
+            let raw = random_vec(k as u64 * 31 + n_rows as u64, n_rows * k);
+            let x = random_vec(99, k);
+            let w16: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
+            let wb16: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
+            for w in [
+                WeightRef::F16(&w16),
+                WeightRef::Bf16(&wb16),
+                WeightRef::F32(&raw),
+            ] {
+                for rows in [0..n_rows, n_rows / 2..n_rows] {
+                    let mut expected = vec![0.0; rows.len()];
+                    scalar::matvec(w, k, &x, rows.clone(), &mut expected);
+                    let mut got = vec![0.0; rows.len()];
+                    // SAFETY: `isa` comes from the runnable list.
+                    unsafe { matvec_on(isa, w, k, &x, rows.clone(), &mut got) };
+                    canonical(isa, &got, &expected, k as f32, &|| {
+                        format!("matvec {:?} k={k} rows={rows:?}", w.dtype())
+                    })?;
                 }
             }
         }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn simd_matches_scalar() {
+        crate::test_util::for_each_isa(super::parity);
     }
 }

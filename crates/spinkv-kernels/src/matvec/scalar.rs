@@ -1,5 +1,6 @@
-//! Reference matvec: plain loops, f32 accumulation.
+//! Reference matvec: each row a canonical dot product (see `crate::canon`).
 
+use crate::canon;
 use crate::WeightRef;
 use std::ops::Range;
 
@@ -8,9 +9,9 @@ pub fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut
     for (out, r) in y.iter_mut().zip(rows) {
         let span = r * k..(r + 1) * k;
         *out = match w {
-            WeightRef::F16(w) => w[span].iter().zip(x).map(|(a, b)| a.to_f32() * b).sum(),
-            WeightRef::Bf16(w) => w[span].iter().zip(x).map(|(a, b)| a.to_f32() * b).sum(),
-            WeightRef::F32(w) => w[span].iter().zip(x).map(|(a, b)| a * b).sum(),
+            WeightRef::F16(w) => canon::dot(&w[span], x, |v| v.to_f32()),
+            WeightRef::Bf16(w) => canon::dot(&w[span], x, |v| v.to_f32()),
+            WeightRef::F32(w) => canon::dot(&w[span], x, |v| v),
         };
     }
 }

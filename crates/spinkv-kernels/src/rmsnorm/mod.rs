@@ -4,16 +4,25 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
+
+use crate::isa::{active_isa, dispatch, Isa};
 
 pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     check_shapes(x, weight, out);
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::use_avx2() {
-        // SAFETY: AVX2/FMA/F16C were verified before use_avx2() could be true.
-        unsafe { avx2::rmsnorm(x, weight, eps, out) };
-        return;
-    }
-    scalar::rmsnorm(x, weight, eps, out)
+    // SAFETY: active_isa() only returns ISAs validated against this CPU.
+    unsafe { rmsnorm_on(active_isa(), x, weight, eps, out) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU.
+pub(crate) unsafe fn rmsnorm_on(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    dispatch!(isa, rmsnorm(x, weight, eps, out))
 }
 
 pub(crate) fn check_shapes(x: &[f32], weight: &[f32], out: &[f32]) {
@@ -25,33 +34,35 @@ pub(crate) fn check_shapes(x: &[f32], weight: &[f32], out: &[f32]) {
     assert_eq!(x.len(), out.len(), "rmsnorm: x and out differ in length");
 }
 
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
+    use crate::test_util::*;
+    for &n in &AWKWARD_SIZES {
+        let x = random_vec(n as u64, n);
+        let w = random_vec(n as u64 + 1, n);
+        let mut expected = vec![0.0; n];
+        let mut got = vec![0.0; n];
+        scalar::rmsnorm(&x, &w, 1e-5, &mut expected);
+        // SAFETY: `isa` comes from the runnable list.
+        unsafe { rmsnorm_on(isa, &x, &w, 1e-5, &mut got) };
+        if is_canonical(isa) {
+            canonical(isa, &got, &expected, 0.0, &|| format!("rmsnorm n={n}"))?;
+        }
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            // Outputs are O(|w| * |x| / rms): relative 1e-5 is the stated tolerance.
+            close(*g, *e, e.abs(), &|| format!("rmsnorm n={n} [{i}]"))?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use super::*;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
-    use crate::test_util::*;
 
     #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn avx2_matches_scalar() {
-        if !avx2_available() {
-            eprintln!("skipped: no avx2");
-            return;
-        }
-        for &n in &AWKWARD_SIZES {
-            let x = random_vec(n as u64, n);
-            let w = random_vec(n as u64 + 1, n);
-            let mut expected = vec![0.0; n];
-            let mut got = vec![0.0; n];
-            scalar::rmsnorm(&x, &w, 1e-5, &mut expected);
-            // SAFETY: CPU support checked above.
-            unsafe { avx2::rmsnorm(&x, &w, 1e-5, &mut got) };
-            for (g, e) in got.iter().zip(&expected) {
-                // Outputs are O(|w| * |x| / rms): relative 1e-5 is the stated tolerance.
-                assert_close(*g, *e, e.abs(), &format!("rmsnorm n={n}"));
-            }
-        }
+    fn simd_matches_scalar() {
+        crate::test_util::for_each_isa(parity);
     }
 
     #[test]

@@ -28,8 +28,8 @@ pub unsafe fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
         }
         for j in half8..half {
             let (a, b) = (first[j], second[j]);
-            first[j] = a * cos[j] - b * sin[j];
-            second[j] = b * cos[j] + a * sin[j];
+            first[j] = crate::canon::fma(-b, sin[j], a * cos[j]);
+            second[j] = crate::canon::fma(a, sin[j], b * cos[j]);
         }
     }
 }

@@ -7,25 +7,33 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
 
+use crate::isa::{active_isa, dispatch, Isa};
 use std::ops::Range;
 
 /// Rotate every head of one token in place. `x`: `[n_heads, head_dim]`;
 /// `cos`, `sin`: `[head_dim / 2]` for this token's position.
 pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
     check_shapes(x, head_dim, cos, sin);
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::use_avx2() {
-        // SAFETY: AVX2/FMA/F16C were verified before use_avx2() could be true.
-        unsafe { avx2::rope(x, head_dim, cos, sin) };
-        return;
-    }
-    scalar::rope(x, head_dim, cos, sin)
+    // SAFETY: active_isa() only returns ISAs validated against this CPU.
+    unsafe { rope_on(active_isa(), x, head_dim, cos, sin) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU.
+pub(crate) unsafe fn rope_on(isa: Isa, x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+    dispatch!(isa, rope(x, head_dim, cos, sin))
 }
 
 pub(crate) fn check_shapes(x: &[f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
     assert!(
-        head_dim > 0 && head_dim % 2 == 0,
+        head_dim > 0 && head_dim.is_multiple_of(2),
         "rope: head_dim must be even and positive"
     );
     assert_eq!(x.len() % head_dim, 0, "rope: x is not [n_heads, head_dim]");
@@ -59,33 +67,32 @@ pub fn rope_tables(
     (cos, sin)
 }
 
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
+    use crate::test_util::*;
+    for &half in &AWKWARD_SIZES {
+        let head_dim = half * 2;
+        let (cos, sin) = rope_tables(head_dim, 10000.0, 1.0, 37..38);
+        let x = random_vec(half as u64, 3 * head_dim);
+        let mut expected = x.clone();
+        let mut got = x.clone();
+        scalar::rope(&mut expected, head_dim, &cos, &sin);
+        // SAFETY: `isa` comes from the runnable list.
+        unsafe { rope_on(isa, &mut got, head_dim, &cos, &sin) };
+        canonical(isa, &got, &expected, 2.0, &|| {
+            format!("rope head_dim={head_dim}")
+        })?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
     use super::*;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
-    use crate::test_util::*;
 
     #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn avx2_matches_scalar() {
-        if !avx2_available() {
-            eprintln!("skipped: no avx2");
-            return;
-        }
-        for &half in &AWKWARD_SIZES {
-            let head_dim = half * 2;
-            let (cos, sin) = rope_tables(head_dim, 10000.0, 1.0, 37..38);
-            let x = random_vec(half as u64, 3 * head_dim);
-            let mut expected = x.clone();
-            let mut got = x.clone();
-            scalar::rope(&mut expected, head_dim, &cos, &sin);
-            // SAFETY: CPU support checked above.
-            unsafe { avx2::rope(&mut got, head_dim, &cos, &sin) };
-            for (g, e) in got.iter().zip(&expected) {
-                assert_close(*g, *e, 2.0, &format!("rope head_dim={head_dim}"));
-            }
-        }
+    fn simd_matches_scalar() {
+        crate::test_util::for_each_isa(parity);
     }
 
     #[test]

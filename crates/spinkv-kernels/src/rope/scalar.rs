@@ -7,8 +7,9 @@ pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
         let (first, second) = head.split_at_mut(half);
         for i in 0..half {
             let (a, b) = (first[i], second[i]);
-            first[i] = a * cos[i] - b * sin[i];
-            second[i] = b * cos[i] + a * sin[i];
+            // As the SIMD versions fuse them: a·c − b·s and b·c + a·s with one rounding each.
+            first[i] = crate::canon::fma(-b, sin[i], a * cos[i]);
+            second[i] = crate::canon::fma(a, sin[i], b * cos[i]);
         }
     }
 }

@@ -1,52 +1,59 @@
-//! AVX2 softmax with a vectorised exp (Cephes-style polynomial, ~2 ulp on the range used).
+//! AVX2 softmax pieces: the canonical exp polynomial and 16-lane sum (see `crate::canon`).
 
-use crate::simd::avx2::{exp, hmax, hsum};
+use crate::simd::avx2::{exp, hmax, reduce16, tail_mask};
 use std::arch::x86_64::*;
 
 /// # Safety
 /// CPU must support AVX2+FMA+F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn softmax_inplace(x: &mut [f32]) {
-    if x.is_empty() {
-        return;
-    }
+pub unsafe fn max_f32(x: &[f32]) -> f32 {
     let n = x.len();
     let n8 = n / 8 * 8;
-    let p = x.as_mut_ptr();
     let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
     let mut i = 0;
     while i < n8 {
         // SAFETY: i + 8 <= n.
-        vmax = _mm256_max_ps(vmax, unsafe { _mm256_loadu_ps(p.add(i)) });
+        vmax = _mm256_max_ps(vmax, unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) });
         i += 8;
     }
-    let max = x[n8..].iter().copied().fold(hmax(vmax), f32::max);
-    let vmax = _mm256_set1_ps(max);
-    let mut vsum = _mm256_setzero_ps();
+    x[n8..].iter().copied().fold(hmax(vmax), f32::max)
+}
+
+/// # Safety
+/// CPU must support AVX2+FMA+F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let vm = _mm256_set1_ps(m);
+    // The canonical 16 lanes as two 8-lane sums.
+    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut i = 0;
-    while i < n8 {
-        // SAFETY: i + 8 <= n.
-        unsafe {
-            let e = exp(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vmax));
-            _mm256_storeu_ps(p.add(i), e);
-            vsum = _mm256_add_ps(vsum, e);
+    // SAFETY: full accesses cover i..i+16 <= n; the tail's are masked to lanes below n.
+    unsafe {
+        while i + 16 <= n {
+            let a = exp(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vm));
+            let b = exp(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), vm));
+            _mm256_storeu_ps(p.add(i), a);
+            _mm256_storeu_ps(p.add(i + 8), b);
+            lo = _mm256_add_ps(lo, a);
+            hi = _mm256_add_ps(hi, b);
+            i += 16;
         }
-        i += 8;
+        if i < n {
+            let (m_lo, m_hi) = (
+                tail_mask((n - i).min(8)),
+                tail_mask((n - i).saturating_sub(8)),
+            );
+            let a = exp(_mm256_sub_ps(_mm256_maskload_ps(p.add(i), m_lo), vm));
+            let b = exp(_mm256_sub_ps(_mm256_maskload_ps(p.add(i + 8), m_hi), vm));
+            let a = _mm256_and_ps(a, _mm256_castsi256_ps(m_lo));
+            let b = _mm256_and_ps(b, _mm256_castsi256_ps(m_hi));
+            _mm256_maskstore_ps(p.add(i), m_lo, a);
+            _mm256_maskstore_ps(p.add(i + 8), m_hi, b);
+            lo = _mm256_add_ps(lo, a);
+            hi = _mm256_add_ps(hi, b);
+        }
     }
-    let mut sum = hsum(vsum);
-    for v in &mut x[n8..] {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    let vinv = _mm256_set1_ps(inv);
-    let mut i = 0;
-    while i < n8 {
-        // SAFETY: i + 8 <= n.
-        unsafe { _mm256_storeu_ps(p.add(i), _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), vinv)) };
-        i += 8;
-    }
-    for v in &mut x[n8..] {
-        *v *= inv;
-    }
+    reduce16(lo, hi)
 }

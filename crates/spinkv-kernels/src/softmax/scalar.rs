@@ -1,17 +1,13 @@
-//! Reference softmax.
+//! Reference softmax pieces, in the canonical operation order.
 
-pub fn softmax_inplace(x: &mut [f32]) {
-    if x.is_empty() {
-        return;
-    }
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
+pub fn max_f32(x: &[f32]) -> f32 {
+    x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Canonical exp and canonical 16-lane sum (see `crate::canon`).
+pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
+        *v = crate::canon::exp(*v - m);
     }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
+    crate::canon::sum(x)
 }

@@ -26,6 +26,6 @@ pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
         i += 8;
     }
     for j in i..n {
-        gate[j] = gate[j] / (1.0 + (-gate[j]).exp()) * up[j];
+        gate[j] = gate[j] / (1.0 + crate::canon::exp(-gate[j])) * up[j];
     }
 }

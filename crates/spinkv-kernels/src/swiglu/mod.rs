@@ -4,46 +4,54 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
+
+use crate::isa::{active_isa, dispatch, Isa};
 
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "swiglu: gate and up differ in length");
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::use_avx2() {
-        // SAFETY: AVX2/FMA/F16C were verified before use_avx2() could be true.
-        unsafe { avx2::swiglu(gate, up) };
-        return;
+    // SAFETY: active_isa() only returns ISAs validated against this CPU.
+    unsafe { swiglu_on(active_isa(), gate, up) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU; equal lengths.
+pub(crate) unsafe fn swiglu_on(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    dispatch!(isa, swiglu(gate, up))
+}
+
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
+    use crate::test_util::*;
+    for &n in &AWKWARD_SIZES {
+        let gate: Vec<f32> = random_vec(n as u64, n).iter().map(|v| v * 20.0).collect();
+        let up = random_vec(n as u64 + 3, n);
+        let mut expected = gate.clone();
+        let mut got = gate.clone();
+        scalar::swiglu(&mut expected, &up);
+        // SAFETY: `isa` comes from the runnable list.
+        unsafe { swiglu_on(isa, &mut got, &up) };
+        if is_canonical(isa) {
+            canonical(isa, &got, &expected, 0.0, &|| format!("swiglu n={n}"))?;
+        }
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            if (g - e).abs() > 1e-6 + 1e-5 * e.abs() {
+                return Err(format!("swiglu n={n} [{i}]: {g} vs {e}"));
+            }
+        }
     }
-    scalar::swiglu(gate, up)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
-    use super::*;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
-    use crate::test_util::*;
-
     #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn avx2_matches_scalar() {
-        if !avx2_available() {
-            eprintln!("skipped: no avx2");
-            return;
-        }
-        for &n in &AWKWARD_SIZES {
-            let gate: Vec<f32> = random_vec(n as u64, n).iter().map(|v| v * 20.0).collect();
-            let up = random_vec(n as u64 + 3, n);
-            let mut expected = gate.clone();
-            let mut got = gate.clone();
-            scalar::swiglu(&mut expected, &up);
-            // SAFETY: CPU support checked above.
-            unsafe { avx2::swiglu(&mut got, &up) };
-            for (g, e) in got.iter().zip(&expected) {
-                assert!(
-                    (g - e).abs() <= 1e-6 + 1e-5 * e.abs(),
-                    "swiglu n={n}: {g} vs {e}"
-                );
-            }
-        }
+    fn simd_matches_scalar() {
+        crate::test_util::for_each_isa(super::parity);
     }
 }

@@ -1,6 +1,6 @@
 //! AVX2 f32 dot / axpy.
 
-use crate::simd::avx2::hsum;
+use crate::simd::avx2::dot16;
 use std::arch::x86_64::*;
 
 /// # Safety
@@ -8,38 +8,8 @@ use std::arch::x86_64::*;
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
     assert_eq!(x.len(), y.len());
-    let n = x.len();
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut i = 0;
-    // SAFETY: loads read lanes i..i+16 (or i..i+8) with that bound <= n for both slices.
-    unsafe {
-        while i + 16 <= n {
-            acc0 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(x.as_ptr().add(i)),
-                _mm256_loadu_ps(y.as_ptr().add(i)),
-                acc0,
-            );
-            acc1 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(x.as_ptr().add(i + 8)),
-                _mm256_loadu_ps(y.as_ptr().add(i + 8)),
-                acc1,
-            );
-            i += 16;
-        }
-        if i + 8 <= n {
-            acc0 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(x.as_ptr().add(i)),
-                _mm256_loadu_ps(y.as_ptr().add(i)),
-                acc0,
-            );
-            i += 8;
-        }
-    }
-    let mut sum = hsum(_mm256_add_ps(acc0, acc1));
-    for j in i..n {
-        sum += x[j] * y[j];
-    }
-    sum
+    // SAFETY: both slices hold x.len() elements.
+    unsafe { dot16(x.as_ptr(), y.as_ptr(), x.len()) }
 }
 
 /// # Safety
@@ -62,6 +32,45 @@ pub unsafe fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
         i += 8;
     }
     for j in i..n {
-        y[j] += a * x[j];
+        y[j] = a.mul_add(x[j], y[j]);
+    }
+}
+
+/// # Safety
+/// CPU must support AVX2+FMA+F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scale_f32(x: &mut [f32], a: f32) {
+    let n = x.len();
+    let va = _mm256_set1_ps(a);
+    let p = x.as_mut_ptr();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n.
+        unsafe { _mm256_storeu_ps(p.add(i), _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), va)) };
+        i += 8;
+    }
+    for v in &mut x[i..] {
+        *v *= a;
+    }
+}
+
+/// # Safety
+/// CPU must support AVX2+FMA+F16C; `x.len() == y.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mul_f32(x: &mut [f32], y: &[f32]) {
+    assert_eq!(x.len(), y.len());
+    let n = x.len();
+    let (xp, yp) = (x.as_mut_ptr(), y.as_ptr());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n for both slices.
+        unsafe {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(xp.add(i)), _mm256_loadu_ps(yp.add(i)));
+            _mm256_storeu_ps(xp.add(i), v);
+        }
+        i += 8;
+    }
+    for j in i..n {
+        x[j] *= y[j];
     }
 }

@@ -4,62 +4,97 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
+
+use crate::isa::{active_isa, dispatch, Isa};
 
 pub fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
     assert_eq!(x.len(), y.len(), "dot_f32: length mismatch");
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::use_avx2() {
-        // SAFETY: AVX2/FMA/F16C were verified before use_avx2() could be true.
-        return unsafe { avx2::dot_f32(x, y) };
-    }
-    scalar::dot_f32(x, y)
+    // SAFETY: active_isa() only returns ISAs validated against this CPU.
+    unsafe { dot_f32_on(active_isa(), x, y) }
 }
 
 /// `y[i] += a * x[i]`.
 pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "axpy_f32: length mismatch");
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::use_avx2() {
-        // SAFETY: AVX2/FMA/F16C were verified before use_avx2() could be true.
-        unsafe { avx2::axpy_f32(a, x, y) };
-        return;
+    // SAFETY: as above.
+    unsafe { axpy_f32_on(active_isa(), a, x, y) }
+}
+
+/// `x[i] *= a`.
+pub fn scale_f32(x: &mut [f32], a: f32) {
+    // SAFETY: as above.
+    unsafe { scale_f32_on(active_isa(), x, a) }
+}
+
+/// `x[i] *= y[i]`.
+pub fn mul_f32(x: &mut [f32], y: &[f32]) {
+    assert_eq!(x.len(), y.len(), "mul_f32: length mismatch");
+    // SAFETY: as above.
+    unsafe { mul_f32_on(active_isa(), x, y) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU (see [`crate::runnable_isas`]); `x.len() == y.len()`.
+pub(crate) unsafe fn dot_f32_on(isa: Isa, x: &[f32], y: &[f32]) -> f32 {
+    dispatch!(isa, dot_f32(x, y))
+}
+
+/// # Safety
+/// As [`dot_f32_on`].
+pub(crate) unsafe fn axpy_f32_on(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
+    dispatch!(isa, axpy_f32(a, x, y))
+}
+
+/// # Safety
+/// `isa` must run on this CPU.
+pub(crate) unsafe fn scale_f32_on(isa: Isa, x: &mut [f32], a: f32) {
+    dispatch!(isa, scale_f32(x, a))
+}
+
+/// # Safety
+/// `isa` must run on this CPU; `x.len() == y.len()`.
+pub(crate) unsafe fn mul_f32_on(isa: Isa, x: &mut [f32], y: &[f32]) {
+    dispatch!(isa, mul_f32(x, y))
+}
+
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
+    use crate::test_util::*;
+    for &n in &AWKWARD_SIZES {
+        let x = random_vec(n as u64, n);
+        let y = random_vec(n as u64 + 5, n);
+        // SAFETY (all `_on` calls): `isa` comes from the runnable list.
+        let got = unsafe { dot_f32_on(isa, &x, &y) };
+        canonical(isa, &[got], &[scalar::dot_f32(&x, &y)], n as f32, &|| {
+            format!("dot_f32 n={n}")
+        })?;
+        let mut expected = y.clone();
+        let mut got = y.clone();
+        scalar::axpy_f32(0.37, &x, &mut expected);
+        unsafe { axpy_f32_on(isa, 0.37, &x, &mut got) };
+        canonical(isa, &got, &expected, 2.0, &|| format!("axpy_f32 n={n}"))?;
+        let mut expected = x.clone();
+        let mut got = x.clone();
+        scalar::scale_f32(&mut expected, -0.7);
+        unsafe { scale_f32_on(isa, &mut got, -0.7) };
+        identical(&got, &expected, &|| format!("scale_f32 n={n}"))?;
+        scalar::mul_f32(&mut expected, &y);
+        unsafe { mul_f32_on(isa, &mut got, &y) };
+        identical(&got, &expected, &|| format!("mul_f32 n={n}"))?;
     }
-    scalar::axpy_f32(a, x, y)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
-    use super::*;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
-    use crate::test_util::*;
-
     #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn avx2_matches_scalar() {
-        if !avx2_available() {
-            eprintln!("skipped: no avx2");
-            return;
-        }
-        for &n in &AWKWARD_SIZES {
-            let x = random_vec(n as u64, n);
-            let y = random_vec(n as u64 + 5, n);
-            // SAFETY: CPU support checked above.
-            let got = unsafe { avx2::dot_f32(&x, &y) };
-            assert_close(
-                got,
-                scalar::dot_f32(&x, &y),
-                n as f32,
-                &format!("dot_f32 n={n}"),
-            );
-            let mut expected = y.clone();
-            let mut got = y.clone();
-            scalar::axpy_f32(0.37, &x, &mut expected);
-            // SAFETY: CPU support checked above.
-            unsafe { avx2::axpy_f32(0.37, &x, &mut got) };
-            for (g, e) in got.iter().zip(&expected) {
-                assert_close(*g, *e, 2.0, &format!("axpy_f32 n={n}"));
-            }
-        }
+    fn simd_matches_scalar() {
+        crate::test_util::for_each_isa(super::parity);
     }
 }

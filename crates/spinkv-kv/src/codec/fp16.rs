@@ -7,7 +7,7 @@ use half::f16;
 use crate::config::KvCodecKind;
 use crate::kernels::f32_to_f16;
 use crate::page::{
-    align16, write_header, PageHeader, HEADER_BYTES, PAGE_FORMAT_VERSION, PAGE_MAGIC,
+    align16, write_header, PageHeader, FLAG_SEALED, HEADER_BYTES, PAGE_FORMAT_VERSION, PAGE_MAGIC,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -44,9 +44,9 @@ impl Fp16Layout {
         self.n_kv_heads * self.page_tokens * self.head_dim * 2
     }
 
-    /// Writes the header of an empty, writable page.
-    pub(crate) fn init_page(&self, page: &mut [u8], layer: usize, first_token: usize) {
-        let header = PageHeader {
+    /// The header of a page of this layout (flags and checksum 0: a writable page).
+    pub(crate) fn header(&self, layer: usize, first_token: usize, tokens: usize) -> PageHeader {
+        PageHeader {
             magic: PAGE_MAGIC,
             version: PAGE_FORMAT_VERSION,
             codec: KvCodecKind::Fp16.code(),
@@ -59,7 +59,7 @@ impl Fp16Layout {
             n_kv_heads: self.n_kv_heads as u16,
             head_dim: self.head_dim as u16,
             page_tokens: self.page_tokens as u16,
-            tokens: 0,
+            tokens: tokens as u16,
             group: 0,
             first_token: first_token as u32,
             k_side: self.k_offset as u32,
@@ -70,8 +70,59 @@ impl Fp16Layout {
             body_end: self.body_end as u32,
             checksum: 0,
             reserved: [0; 8],
+        }
+    }
+
+    /// Writes the header of an empty, writable page.
+    pub(crate) fn init_page(&self, page: &mut [u8], layer: usize, first_token: usize) {
+        write_header(page, &self.header(layer, first_token, 0));
+    }
+
+    /// The canonical image of a live page of `layer` whose first token is at `first_token` and
+    /// that holds `tokens` tokens, as snapshots store it: the tokens' rows, every other byte
+    /// zero, the sealed flag set and the checksum filled in.
+    pub(crate) fn canonical_image(
+        &self,
+        page: &[u8],
+        layer: usize,
+        first_token: usize,
+        tokens: usize,
+        out: &mut [u8],
+    ) {
+        out.fill(0);
+        let header = PageHeader {
+            flags: FLAG_SEALED,
+            ..self.header(layer, first_token, tokens)
         };
-        write_header(page, &header);
+        debug_assert_eq!(
+            PageHeader::decode(page).map(|h| h.first_token),
+            Ok(first_token as u32),
+            "live page header and table disagree"
+        );
+        let row = self.head_dim * 2;
+        let run = self.page_tokens * row;
+        for offset in [self.k_offset, self.v_offset] {
+            for head in 0..self.n_kv_heads {
+                let at = offset + head * run;
+                out[at..at + tokens * row].copy_from_slice(&page[at..at + tokens * row]);
+            }
+        }
+        write_header(out, &header);
+    }
+
+    /// Turns a snapshot image back into a live page: sealed flag and checksum cleared.
+    pub(crate) fn reopen(&self, page: &mut [u8]) {
+        page[7] &= !FLAG_SEALED;
+        page[52..56].fill(0);
+    }
+
+    /// Whether every stored half of the first `tokens` rows of each head is finite.
+    pub(crate) fn rows_are_finite(&self, page: &[u8], tokens: usize) -> bool {
+        (0..self.n_kv_heads).all(|head| {
+            [self.keys(page, head), self.values(page, head)]
+                .iter()
+                .all(|rows| rows[..tokens * self.head_dim].iter().all(|h| h.is_finite()))
+        })
     }
 
     /// Records how many tokens the page holds (header field `tokens`).

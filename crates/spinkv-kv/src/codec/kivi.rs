@@ -6,7 +6,7 @@
 use half::f16;
 
 use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, ValueHalf, MAX_CODED_DIM};
-use crate::kernels::{axpy_f32, dot_f32};
+use crate::kernels::{axpy_f32, kv_score, Levels};
 use crate::pack::{pack, unpack, BitLayout};
 
 /// Min and step of `xs` for `bits`-bit codes, rounded to f16 as stored.
@@ -138,39 +138,58 @@ impl KeyHalf for KiviKeys {
         stride: usize,
     ) {
         let (d, g, bytes) = (self.d, self.group, self.layout.bytes());
-        let mut codes = [0u8; MAX_CODED_DIM];
-        let mut code_row = [0.0f32; MAX_CODED_DIM];
         let mut folded = vec![0.0f32; n_qh * d];
         let mut base = vec![0.0f32; n_qh];
-        let (codes, code_row) = (&mut codes[..d], &mut code_row[..d]);
-        for j in 0..visible {
-            if j % g == 0 {
-                // New group: fold its per-channel (min, step) into every query.
-                for (qh, q) in prepared.chunks_exact(d).enumerate().take(n_qh) {
-                    let mut b = 0.0;
-                    for c in 0..d {
-                        let (lo, step) = get_pair(&block.side[((j / g) * d + c) * 4..]);
-                        folded[qh * d + c] = q[c] * step;
-                        b += q[c] * lo;
-                    }
-                    base[qh] = b;
+        let ones = [1.0f32; 256];
+        let levels = Levels {
+            hi: &CODE_VALUES,
+            lo: &CODE_VALUES,
+        };
+        for first in (0..visible).step_by(g) {
+            let n = g.min(visible - first);
+            // Fold the group's per-channel (min, step) into every query; the codes then score
+            // as a plain dot product (codes decoded to their values 0, 1, 2, ...).
+            for (qh, q) in prepared.chunks_exact(d).enumerate().take(n_qh) {
+                let mut b = 0.0;
+                for c in 0..d {
+                    let (lo, step) = get_pair(&block.side[((first / g) * d + c) * 4..]);
+                    folded[qh * d + c] = q[c] * step;
+                    b += q[c] * lo;
                 }
+                base[qh] = b;
             }
-            unpack(
-                &block.codes[j * bytes..(j + 1) * bytes],
-                &self.layout,
-                codes,
-            );
-            for (r, &c) in code_row.iter_mut().zip(codes.iter()) {
-                *r = c as f32;
+            for chunk in (0..n).step_by(ones.len()) {
+                let m = ones.len().min(n - chunk);
+                let j0 = first + chunk;
+                kv_score::score_codes(
+                    &block.codes[j0 * bytes..(j0 + m) * bytes],
+                    &self.layout,
+                    levels,
+                    &ones[..m],
+                    &folded,
+                    &mut scores[j0..],
+                    stride,
+                );
             }
-            for qh in 0..n_qh {
-                scores[qh * stride + j] =
-                    base[qh] + dot_f32(&folded[qh * d..(qh + 1) * d], code_row);
+            for (qh, &b) in base.iter().enumerate() {
+                for s in &mut scores[qh * stride + first..qh * stride + first + n] {
+                    *s += b;
+                }
             }
         }
     }
 }
+
+/// The value of every code, as a codebook: KIVI codes stand for themselves (then min + step·code).
+static CODE_VALUES: [f32; 256] = {
+    let mut values = [0.0f32; 256];
+    let mut v = 0;
+    while v < 256 {
+        values[v] = v as f32;
+        v += 1;
+    }
+    values
+};
 
 pub(crate) struct KiviValues {
     d: usize,
@@ -304,7 +323,7 @@ impl ValueHalf for KiviValues {
             for (qh, acc_row) in acc.chunks_exact_mut(d).enumerate().take(n_qh) {
                 let w = weights[qh * stride + j];
                 if w != 0.0 {
-                    axpy_f32(acc_row, w, row);
+                    axpy_f32(w, row, acc_row);
                 }
             }
         }

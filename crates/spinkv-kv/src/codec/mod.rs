@@ -95,6 +95,8 @@ pub(crate) struct PageAccounting {
 pub(crate) trait SealedCodec: Send + Sync {
     fn page_bytes(&self) -> usize;
     fn accounting(&self) -> PageAccounting;
+    /// The header `encode_page` writes (checksum 0): what a valid page must carry.
+    fn page_header(&self, layer: usize, first_token: usize) -> crate::page::PageHeader;
     /// Encodes a full page of tokens. `keys`, `values`: `[n_kv_heads][page_tokens][head_dim]`.
     fn encode_page(
         &self,

@@ -5,6 +5,8 @@
 
 use half::f16;
 
+use crate::kernels::scales;
+
 /// Bytes of a block of `tokens` log-u8 scales.
 pub(crate) fn log_u8_bytes(tokens: usize) -> usize {
     4 + tokens
@@ -46,52 +48,29 @@ pub(crate) fn encode_log_u8(values: &mut [f32], out: &mut [u8]) {
     }
 }
 
-/// Decodes a block written by [`encode_log_u8`] into `values`.
+/// Decodes the first `values.len()` scales of a block written by [`encode_log_u8`]
+/// (vectorised; the same values as [`decode_one`] on every ISA).
 pub(crate) fn decode_log_u8(block: &[u8], values: &mut [f32]) {
     let lo = f16::from_le_bytes([block[0], block[1]]).to_f32();
     let hi = f16::from_le_bytes([block[2], block[3]]).to_f32();
     let step = (hi - lo) / 254.0;
-    for (v, &code) in values.iter_mut().zip(&block[4..]) {
-        *v = decode_one(lo, step, code);
-    }
+    scales::decode_log_u8(&block[4..4 + values.len()], lo, step, values);
 }
 
+/// One scale: `2^(lo + (code-1)·step)` through spinkv-kernels' fixed-polynomial `exp2`, so
+/// encoder write-back, per-token reads and the vectorised decoder agree bit for bit.
 #[inline]
 fn decode_one(lo: f32, step: f32, code: u8) -> f32 {
     if code == 0 {
         0.0
     } else {
-        (lo + (code - 1) as f32 * step).exp2()
+        scales::exp2(lo + (code - 1) as f32 * step)
     }
 }
 
-/// Reads single scales out of a block, for loops that want one token at a time.
-#[derive(Clone, Copy)]
-pub(crate) enum ScaleReader {
-    LogU8 { lo: f32, step: f32 },
-    F16,
-}
-
-impl ScaleReader {
-    pub(crate) fn log_u8(block: &[u8]) -> Self {
-        let lo = f16::from_le_bytes([block[0], block[1]]).to_f32();
-        let hi = f16::from_le_bytes([block[2], block[3]]).to_f32();
-        ScaleReader::LogU8 {
-            lo,
-            step: (hi - lo) / 254.0,
-        }
-    }
-
-    #[inline]
-    pub(crate) fn get(&self, block: &[u8], token: usize) -> f32 {
-        match *self {
-            ScaleReader::LogU8 { lo, step } => decode_one(lo, step, block[4 + token]),
-            ScaleReader::F16 => {
-                f16::from_le_bytes([block[2 * token], block[2 * token + 1]]).to_f32()
-            }
-        }
-    }
-}
+/// Runs `f` on `n` zeroed floats (a page's scales in the attention loop), on the stack when
+/// they fit: no allocation or full-array clearing per page.
+pub(crate) use crate::kernels::with_floats;
 
 /// Encodes `values` as little-endian halves and writes back what the decoder will see.
 pub(crate) fn encode_f16(values: &mut [f32], out: &mut [u8]) {
@@ -102,6 +81,7 @@ pub(crate) fn encode_f16(values: &mut [f32], out: &mut [u8]) {
     }
 }
 
+/// Decodes the first `values.len()` scales of an f16 block.
 pub(crate) fn decode_f16(block: &[u8], values: &mut [f32]) {
     for (v, bytes) in values.iter_mut().zip(block.chunks_exact(2)) {
         *v = f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();

@@ -168,6 +168,37 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
         }
     }
 
+    fn page_header(&self, layer: usize, first_token: usize) -> PageHeader {
+        PageHeader {
+            magic: PAGE_MAGIC,
+            version: PAGE_FORMAT_VERSION,
+            codec: self.kind.code(),
+            flags: FLAG_SEALED,
+            k_half_bits: self.keys.half_bits(),
+            v_half_bits: self.values.half_bits(),
+            norm_format: match self.norm_format {
+                NormFormat::LogU8 => 0,
+                NormFormat::F16 => 1,
+            },
+            codebook_version: CODEBOOK_VERSION,
+            layer: layer as u16,
+            n_kv_heads: self.n_kv_heads as u16,
+            head_dim: self.head_dim as u16,
+            page_tokens: self.page_tokens as u16,
+            tokens: self.page_tokens as u16,
+            group: self.group as u16,
+            first_token: first_token as u32,
+            k_side: self.offsets[0] as u32,
+            k_codes: self.offsets[1] as u32,
+            k_residual: self.offsets[2] as u32,
+            v_side: self.offsets[3] as u32,
+            v_codes: self.offsets[4] as u32,
+            body_end: self.offsets[5] as u32,
+            checksum: 0,
+            reserved: [0; 8],
+        }
+    }
+
     fn encode_page(
         &self,
         layer: usize,
@@ -201,35 +232,7 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
             self.values
                 .encode(layer, head, rows, side, cut(codes_part, head * vc, vc));
         }
-        let header = PageHeader {
-            magic: PAGE_MAGIC,
-            version: PAGE_FORMAT_VERSION,
-            codec: self.kind.code(),
-            flags: FLAG_SEALED,
-            k_half_bits: self.keys.half_bits(),
-            v_half_bits: self.values.half_bits(),
-            norm_format: match self.norm_format {
-                NormFormat::LogU8 => 0,
-                NormFormat::F16 => 1,
-            },
-            codebook_version: CODEBOOK_VERSION,
-            layer: layer as u16,
-            n_kv_heads: self.n_kv_heads as u16,
-            head_dim: self.head_dim as u16,
-            page_tokens: self.page_tokens as u16,
-            tokens: self.page_tokens as u16,
-            group: self.group as u16,
-            first_token: first_token as u32,
-            k_side: self.offsets[0] as u32,
-            k_codes: self.offsets[1] as u32,
-            k_residual: self.offsets[2] as u32,
-            v_side: self.offsets[3] as u32,
-            v_codes: self.offsets[4] as u32,
-            body_end: self.offsets[5] as u32,
-            checksum: 0,
-            reserved: [0; 8],
-        };
-        write_header(page, &header);
+        write_header(page, &self.page_header(layer, first_token));
     }
 
     fn decode_page(&self, page: &[u8], layer: usize, keys: &mut [f32], values: &mut [f32]) {

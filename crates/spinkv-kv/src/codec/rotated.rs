@@ -5,101 +5,51 @@
 use std::sync::Arc;
 
 use crate::codebook::{codebook, Codebook};
+use crate::kernels::{codes, quantize, CodeLayout, Levels};
 use crate::pack::BitLayout;
 
 pub(crate) struct RotatedQuantizer {
     pub(crate) layout: BitLayout,
     hi: Arc<Codebook>,
     lo: Arc<Codebook>,
-    /// Start of channel c's entries in a per-query lookup table.
-    lut_offsets: Vec<u32>,
-    lut_len: usize,
 }
 
 impl RotatedQuantizer {
     pub(crate) fn new(d: usize, half_bits: u8) -> Self {
         let layout = BitLayout::for_half_bits(d, half_bits);
-        let mut lut_offsets = Vec::with_capacity(d);
-        let mut at = 0u32;
-        for c in 0..d {
-            lut_offsets.push(at);
-            at += 1 << layout.width(c);
-        }
         RotatedQuantizer {
             hi: codebook(d, layout.hi),
             lo: codebook(d, layout.lo),
             layout,
-            lut_offsets,
-            lut_len: at as usize,
         }
     }
 
+    /// Reconstruction levels of the hi and lo channel groups (what codes stand for).
     #[inline]
-    fn book(&self, channel: usize) -> &Codebook {
-        if channel < self.layout.n_hi {
-            &self.hi
-        } else {
-            &self.lo
+    pub(crate) fn levels(&self) -> Levels<'_> {
+        Levels {
+            hi: &self.hi.levels,
+            lo: &self.lo.levels,
         }
     }
 
     /// Codes of the rotated unit vector `y`, and the levels they stand for in `recon`.
     pub(crate) fn quantize(&self, y: &[f32], codes: &mut [u8], recon: &mut [f32]) {
-        for (c, ((&yc, code), r)) in y
-            .iter()
-            .zip(codes.iter_mut())
-            .zip(recon.iter_mut())
-            .enumerate()
-        {
-            let book = self.book(c);
-            *code = book.quantize(yc);
-            *r = book.levels[*code as usize];
-        }
+        let thresholds = Levels {
+            hi: &self.hi.thresholds,
+            lo: &self.lo.thresholds,
+        };
+        quantize::quantize(y, &self.layout, thresholds, self.levels(), codes, recon);
     }
 
-    /// Levels of `codes`.
+    /// Levels of the packed vectors in `bytes` (`rows` of them, `[rows][d]` out).
     #[inline]
-    pub(crate) fn dequantize(&self, codes: &[u8], recon: &mut [f32]) {
-        let n_hi = self.layout.n_hi;
-        for (r, &code) in recon[..n_hi].iter_mut().zip(&codes[..n_hi]) {
-            *r = self.hi.levels[code as usize];
-        }
-        for (r, &code) in recon[n_hi..].iter_mut().zip(&codes[n_hi..]) {
-            *r = self.lo.levels[code as usize];
-        }
+    pub(crate) fn dequantize_packed(&self, bytes: &[u8], out: &mut [f32]) {
+        codes::dequantize(bytes, &self.layout, self.levels(), out);
     }
 
-    pub(crate) fn lut_len(&self) -> usize {
-        self.lut_len
-    }
-
-    /// `lut[offset(c) + v] = q[c] · level_c(v)`: scoring a code vector becomes d lookups.
-    pub(crate) fn build_lut(&self, q_rot: &[f32], lut: &mut [f32]) {
-        for (c, &qc) in q_rot.iter().enumerate() {
-            let book = self.book(c);
-            let at = self.lut_offsets[c] as usize;
-            for (entry, level) in lut[at..at + book.levels.len()].iter_mut().zip(&book.levels) {
-                *entry = qc * level;
-            }
-        }
-    }
-
-    /// `Σ_c lut[offset(c) + codes[c]]`.
-    #[inline]
-    pub(crate) fn lut_score(&self, lut: &[f32], codes: &[u8]) -> f32 {
-        let mut acc = [0.0f32; 4];
-        let mut chunks = self.lut_offsets.chunks_exact(4).zip(codes.chunks_exact(4));
-        for (offs, cs) in &mut chunks {
-            for lane in 0..4 {
-                acc[lane] += lut[offs[lane] as usize + cs[lane] as usize];
-            }
-        }
-        let done = self.lut_offsets.len() / 4 * 4;
-        let mut sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        for c in done..self.lut_offsets.len() {
-            sum += lut[self.lut_offsets[c] as usize + codes[c] as usize];
-        }
-        sum
+    pub(crate) fn code_layout(&self) -> &CodeLayout {
+        &self.layout
     }
 }
 
@@ -115,6 +65,29 @@ mod tests {
         let x: Vec<f32> = (0..d).map(|_| rng.normal() as f32).collect();
         let n = x.iter().map(|v| v * v).sum::<f32>().sqrt();
         x.iter().map(|v| v / n).collect()
+    }
+
+    /// The vectorised quantiser picks each channel's nearest level, as the codebook says.
+    #[test]
+    fn quantize_matches_the_codebooks() {
+        let mut rng = SplitMix64::new(3);
+        for (d, half_bits) in [(64usize, 7u8), (64, 6), (128, 8), (80, 5), (33, 7)] {
+            let quantizer = RotatedQuantizer::new(d, half_bits);
+            let (mut codes, mut recon) = (vec![0u8; d], vec![0.0f32; d]);
+            for _ in 0..50 {
+                let y = random_unit(&mut rng, d);
+                quantizer.quantize(&y, &mut codes, &mut recon);
+                for c in 0..d {
+                    let book = if c < quantizer.layout.n_hi {
+                        &quantizer.hi
+                    } else {
+                        &quantizer.lo
+                    };
+                    assert_eq!(codes[c], book.quantize(y[c]), "d={d} c={c}");
+                    assert_eq!(recon[c], book.levels[codes[c] as usize]);
+                }
+            }
+        }
     }
 
     /// Rotate, snap, rotate back: mean ‖x - x̂‖² of random unit vectors against the TurboQuant

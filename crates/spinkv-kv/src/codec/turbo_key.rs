@@ -1,7 +1,9 @@
 //! Turbo key codec: rotate (signs + FWHT, per layer and KV head), normalise, snap every
 //! coordinate to its Lloyd–Max codebook, pack; one scale per token (log-u8 or f16). Keys are
-//! scored straight from the codes: the query is rotated once per head and step and expanded
-//! into a lookup table `q_c · level_c(v)`, so a token's score is d table lookups times its scale.
+//! scored straight from the codes: the query is rotated once per head and step, and a token's
+//! score is its scale times `Σ_c q_c · level_c(code_c)` — the codes decoded through the
+//! codebook (a 16-entry table held in registers) and dotted with the rotated query, each key
+//! row decoded once for all query heads of its KV head (spinkv-kernels' `kv_score`).
 //!
 //! The stored scale is `‖k‖ / ⟨y, ŷ⟩` (y the rotated unit key, ŷ its codebook levels), which
 //! makes `⟨q, k̂⟩` unbiased along the key's own direction (the RaBitQ estimator) rather than
@@ -9,13 +11,14 @@
 //! least-squares `‖k‖·⟨y, ŷ⟩ / ‖ŷ‖²` (smallest residual) and the residual sketch corrects the score.
 
 use super::norm::{
-    decode_f16, decode_log_u8, encode_f16, encode_log_u8, log_u8_bytes, ScaleReader,
+    decode_f16, decode_log_u8, encode_f16, encode_log_u8, log_u8_bytes, with_floats,
 };
 use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, MAX_CODED_DIM};
 use super::qjl::Qjl;
 use super::rotated::RotatedQuantizer;
 use crate::config::NormFormat;
-use crate::pack::{pack, unpack};
+use crate::kernels::kv_score;
+use crate::pack::pack;
 use crate::transform::{Rotation, PURPOSE_KEY_ROTATION};
 
 pub(crate) struct TurboKeys {
@@ -75,6 +78,7 @@ impl TurboKeys {
         self.quantizer.layout.bytes()
     }
 
+    /// The first `scales.len()` token scales of a page block.
     fn decode_scales(&self, side: &[u8], scales: &mut [f32]) {
         match self.norm {
             NormFormat::LogU8 => decode_log_u8(side, scales),
@@ -144,12 +148,8 @@ impl KeyHalf for TurboKeys {
             let residual = &mut residual[..d];
             for j in 0..p {
                 let y = &rotated[j * d..(j + 1) * d];
-                unpack(
-                    &block.codes[j * bytes..(j + 1) * bytes],
-                    &self.quantizer.layout,
-                    codes,
-                );
-                self.quantizer.dequantize(codes, recon);
+                self.quantizer
+                    .dequantize_packed(&block.codes[j * bytes..(j + 1) * bytes], recon);
                 for c in 0..d {
                     residual[c] = norms[j] * y[c] - scales[j] * recon[c];
                 }
@@ -166,17 +166,12 @@ impl KeyHalf for TurboKeys {
         let bytes = self.token_code_bytes();
         let mut scales = vec![0.0f32; p];
         self.decode_scales(block.side, &mut scales);
-        let mut codes = [0u8; MAX_CODED_DIM];
         let mut extra = [0.0f32; MAX_CODED_DIM];
-        let (codes, extra) = (&mut codes[..d], &mut extra[..d]);
+        let extra = &mut extra[..d];
+        self.quantizer
+            .dequantize_packed(&block.codes[..p * bytes], &mut rows[..p * d]);
         for j in 0..p {
             let row = &mut rows[j * d..(j + 1) * d];
-            unpack(
-                &block.codes[j * bytes..(j + 1) * bytes],
-                &self.quantizer.layout,
-                codes,
-            );
-            self.quantizer.dequantize(codes, row);
             for v in row.iter_mut() {
                 *v *= scales[j];
             }
@@ -191,17 +186,15 @@ impl KeyHalf for TurboKeys {
         }
     }
 
+    /// The rotated query, then the QJL tables.
     fn prepared_len(&self) -> usize {
-        self.quantizer.lut_len() + self.qjl.as_ref().map_or(0, |q| q.prepared_len())
+        self.d + self.qjl.as_ref().map_or(0, |q| q.prepared_len())
     }
 
     fn prepare(&self, layer: usize, head: usize, query: &[f32], prepared: &mut [f32]) {
-        let mut rotated = [0.0f32; MAX_CODED_DIM];
-        let rotated = &mut rotated[..self.d];
+        let (rotated, tables) = prepared.split_at_mut(self.d);
         rotated.copy_from_slice(query);
         self.rotation(layer, head).forward(rotated);
-        let (lut, tables) = prepared.split_at_mut(self.quantizer.lut_len());
-        self.quantizer.build_lut(rotated, lut);
         if let Some(qjl) = &self.qjl {
             qjl.prepare(rotated, tables);
         }
@@ -219,31 +212,31 @@ impl KeyHalf for TurboKeys {
         let d = self.d;
         let bytes = self.token_code_bytes();
         let per = self.prepared_len();
-        let lut_len = self.quantizer.lut_len();
-        let scales = match self.norm {
-            NormFormat::LogU8 => ScaleReader::log_u8(block.side),
-            NormFormat::F16 => ScaleReader::F16,
-        };
-        let mut codes = [0u8; MAX_CODED_DIM];
-        let codes = &mut codes[..d];
-        for j in 0..visible {
-            let scale = scales.get(block.side, j);
-            unpack(
-                &block.codes[j * bytes..(j + 1) * bytes],
-                &self.quantizer.layout,
-                codes,
-            );
-            for qh in 0..n_qh {
-                let lut = &prepared[qh * per..qh * per + lut_len];
-                let mut s = scale * self.quantizer.lut_score(lut, codes);
-                if let Some(qjl) = &self.qjl {
-                    let tb = qjl.token_bytes();
-                    let tables = &prepared[qh * per + lut_len..(qh + 1) * per];
-                    s += qjl.score(tables, &block.residual[j * tb..(j + 1) * tb]);
+        let codes = &block.codes[..visible * bytes];
+        let (layout, levels) = (self.quantizer.code_layout(), self.quantizer.levels());
+        with_floats(visible, |scales| {
+            self.decode_scales(block.side, scales);
+            let Some(qjl) = &self.qjl else {
+                // Prepared state is exactly the rotated queries, `[n_qh][d]`.
+                let queries = &prepared[..n_qh * d];
+                kv_score::score_codes(codes, layout, levels, scales, queries, scores, stride);
+                return;
+            };
+            let queries: Vec<f32> = prepared
+                .chunks_exact(per)
+                .take(n_qh)
+                .flat_map(|p| p[..d].iter().copied())
+                .collect();
+            kv_score::score_codes(codes, layout, levels, scales, &queries, scores, stride);
+            let tb = qjl.token_bytes();
+            for j in 0..visible {
+                let sketch = &block.residual[j * tb..(j + 1) * tb];
+                for qh in 0..n_qh {
+                    let tables = &prepared[qh * per + d..(qh + 1) * per];
+                    scores[qh * stride + j] += qjl.score(tables, sketch);
                 }
-                scores[qh * stride + j] = s;
             }
-        }
+        });
     }
 }
 

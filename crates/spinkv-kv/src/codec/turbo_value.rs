@@ -4,12 +4,12 @@
 //! accumulated in the rotated domain straight from their levels and the head's sum is
 //! rotated back once per step (`finish`), never per token.
 
-use super::norm::{decode_log_u8, encode_log_u8, log_u8_bytes, ScaleReader};
+use super::norm::{decode_log_u8, encode_log_u8, log_u8_bytes, with_floats};
 use super::paged::{ValueHalf, MAX_CODED_DIM};
 use super::rotated::RotatedQuantizer;
 use super::turbo_key::unit_rotated;
-use crate::kernels::axpy_f32;
-use crate::pack::{pack, unpack};
+use crate::kernels::kv_accumulate;
+use crate::pack::pack;
 use crate::transform::{Rotation, PURPOSE_VALUE_ROTATION};
 
 pub(crate) struct TurboValues {
@@ -107,18 +107,13 @@ impl ValueHalf for TurboValues {
     fn decode(&self, layer: usize, head: usize, side: &[u8], codes_in: &[u8], rows: &mut [f32]) {
         let d = self.d;
         let bytes = self.quantizer.layout.bytes();
-        let mut scales = vec![0.0f32; self.page_tokens];
+        let p = self.page_tokens;
+        let mut scales = vec![0.0f32; p];
         decode_log_u8(side, &mut scales);
-        let mut codes = [0u8; MAX_CODED_DIM];
-        let codes = &mut codes[..d];
+        self.quantizer
+            .dequantize_packed(&codes_in[..p * bytes], &mut rows[..p * d]);
         for (j, scale) in scales.iter().enumerate() {
             let row = &mut rows[j * d..(j + 1) * d];
-            unpack(
-                &codes_in[j * bytes..(j + 1) * bytes],
-                &self.quantizer.layout,
-                codes,
-            );
-            self.quantizer.dequantize(codes, row);
             for v in row.iter_mut() {
                 *v *= scale;
             }
@@ -138,28 +133,19 @@ impl ValueHalf for TurboValues {
     ) {
         let d = self.d;
         let bytes = self.quantizer.layout.bytes();
-        let scales = ScaleReader::log_u8(side);
-        let mut codes = [0u8; MAX_CODED_DIM];
-        let mut levels = [0.0f32; MAX_CODED_DIM];
-        let (codes, levels) = (&mut codes[..d], &mut levels[..d]);
-        for j in 0..visible {
-            if (0..n_qh).all(|qh| weights[qh * stride + j] == 0.0) {
-                continue;
-            }
-            let scale = scales.get(side, j);
-            unpack(
-                &codes_in[j * bytes..(j + 1) * bytes],
-                &self.quantizer.layout,
-                codes,
+        let (layout, levels) = (self.quantizer.code_layout(), self.quantizer.levels());
+        with_floats(visible, |scales| {
+            decode_log_u8(side, scales);
+            kv_accumulate::accumulate_codes(
+                &codes_in[..visible * bytes],
+                layout,
+                levels,
+                scales,
+                weights,
+                stride,
+                &mut acc[..n_qh * d],
             );
-            self.quantizer.dequantize(codes, levels);
-            for (qh, acc_row) in acc.chunks_exact_mut(d).enumerate().take(n_qh) {
-                let w = weights[qh * stride + j] * scale;
-                if w != 0.0 {
-                    axpy_f32(acc_row, w, levels);
-                }
-            }
-        }
+        });
     }
 
     fn finish(&self, layer: usize, head: usize, acc_row: &mut [f32]) {

@@ -1,0 +1,187 @@
+"""`spinkv bench`: prefill / decode speed at context depths, per ISA and KV preset,
+optionally side by side with llama.cpp; `--kernels` for KV kernel speed per ISA."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Annotated, Optional
+
+import typer
+
+from spinkv import benchmark as bm
+from spinkv.bench_report import FORMATS, Column, emit
+from spinkv.commands import options as opt
+from spinkv.commands.eval import LineProgress, RichProgress
+from spinkv.commands.render import stderr, stdout
+from spinkv.errors import InvalidInputError
+
+BENCH = "Benchmark"
+
+DepthOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--depth",
+        "-d",
+        help="Context depths: tokens of text prefilled first (default 0; with --kernels 512,4096).",
+        show_default=False,
+        rich_help_panel=BENCH,
+    ),
+]
+IsaOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--isa",
+        help="Instruction sets, e.g. scalar,avx2 (default: the one in use).",
+        show_default=False,
+        rich_help_panel=BENCH,
+    ),
+]
+
+
+def _list_option(flag: str, short: str, help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, short, help=help_text, rich_help_panel=BENCH)
+
+
+def bench_command(
+    model: opt.ModelOption = None,
+    n_prompt: Annotated[
+        str, _list_option("--n-prompt", "-p", "Prompt tokens timed at each depth (pp).")
+    ] = "512",
+    n_gen: Annotated[
+        str, _list_option("--n-gen", "-n", "Tokens decoded at each depth (first + steady).")
+    ] = "128",
+    depth: DepthOption = None,
+    reps: Annotated[
+        int, typer.Option("--repetitions", "-r", help="Repetitions.", rich_help_panel=BENCH)
+    ] = 5,
+    isa: IsaOption = None,
+    threads: opt.ThreadsOption = None,
+    kv: Annotated[
+        str,
+        typer.Option(
+            "--kv",
+            help="KV presets, comma separated; per-arm settings as preset:key=value "
+            "(e.g. turbo:window=0).",
+            rich_help_panel=opt.KV_CACHE,
+        ),
+    ] = "fp16",
+    k_bits: opt.KBitsOption = None,
+    v_bits: opt.VBitsOption = None,
+    kv_window: opt.KvWindowOption = None,
+    kv_page: opt.KvPageOption = None,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output", "-o", help="table, md, csv, json or jsonl.", rich_help_panel=opt.OUTPUT
+        ),
+    ] = "table",
+    compare_llama_cpp: Annotated[
+        bool,
+        typer.Option(
+            "--compare-llama-cpp",
+            help="Also run llama.cpp (llama-cpp-python) on the same model and depths, and "
+            "print ours / llama.cpp.",
+            rich_help_panel=BENCH,
+        ),
+    ] = False,
+    kernels: Annotated[
+        bool,
+        typer.Option(
+            "--kernels",
+            help="KV kernel mode: attend time, K+V scan GB/s and encode ns/token per ISA.",
+            rich_help_panel=BENCH,
+        ),
+    ] = False,
+) -> None:
+    """Measure prefill and decode speed at context depths (like llama-bench)."""
+    from spinkv.eval_arms import parse_arms
+
+    if output not in FORMATS:
+        raise InvalidInputError(f"-o {output!r}: choose from {', '.join(FORMATS)}")
+    if kernels and compare_llama_cpp:
+        raise InvalidInputError("--kernels and --compare-llama-cpp do not go together")
+    overrides = {"k_bits": k_bits, "v_bits": v_bits, "window": kv_window, "page_tokens": kv_page}
+    settings = bm.BenchSettings(
+        n_prompt=bm.parse_int_list(n_prompt, "-p"),
+        n_gen=bm.parse_int_list(n_gen, "-n"),
+        depths=bm.parse_int_list(depth or "0", "-d"),
+        reps=reps,
+        isas=bm.parse_name_list(isa, "--isa") if isa is not None else (),
+        arms=tuple(parse_arms(kv, overrides)),
+    )
+    if threads is not None and threads < 1:
+        raise InvalidInputError(f"-t must be at least 1, got {threads}")
+    from spinkv import bench_run
+
+    settings = _with_isas(settings, bench_run.check_isas(settings.isas))
+    settings.validate()
+    if compare_llama_cpp:
+        from spinkv.llamacpp import require_llama_cpp
+
+        require_llama_cpp()
+
+    import spinkv.api as api
+
+    loaded = api.load(model, threads=threads)
+    command = _command_line(
+        model=model,
+        p=n_prompt,
+        n=n_gen,
+        d=depth,
+        r=reps,
+        isa=",".join(settings.isas),
+        t=threads,
+        kv=kv,
+        kernels=kernels,
+        llama=compare_llama_cpp,
+    )
+    progress = _progress()
+    with progress:
+        if kernels:
+            from spinkv.bench_kernels import KERNEL_COLUMNS
+
+            record = bench_run.run_kernel_benchmark(
+                loaded, settings, progress, command=command, depths_given=depth is not None
+            )
+            columns: list[Column] | None = KERNEL_COLUMNS
+        else:
+            record = bench_run.run_benchmark(
+                loaded, settings, progress, command=command, compare_llama_cpp=compare_llama_cpp
+            )
+            columns = None
+    emit(record, output, out=stdout, columns=columns)
+
+
+def _command_line(
+    *,
+    model: str | None,
+    p: str,
+    n: str,
+    d: str | None,
+    r: int,
+    isa: str,
+    t: int | None,
+    kv: str,
+    kernels: bool,
+    llama: bool,
+) -> str:
+    """The run as a command line (for the report header), options in a fixed order."""
+    parts = ["spinkv", "bench"]
+    if kernels:
+        parts.append("--kernels")
+    parts += ([] if kernels else ["-p", p]) + ["-n", n] + (["-d", d] if d else [])
+    parts += ["-r", str(r), "--isa", isa]
+    parts += (["-t", str(t)] if t else []) + ["--kv", kv] + (["-m", model] if model else [])
+    if llama:
+        parts.append("--compare-llama-cpp")
+    return " ".join(shlex.quote(part) for part in parts)
+
+
+def _with_isas(settings: bm.BenchSettings, isas: tuple[str, ...]) -> bm.BenchSettings:
+    from dataclasses import replace
+
+    return replace(settings, isas=isas)
+
+
+def _progress() -> RichProgress | LineProgress:
+    return RichProgress(stderr) if stderr.is_terminal else LineProgress()

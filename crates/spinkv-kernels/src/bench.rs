@@ -1,0 +1,219 @@
+//! Kernel throughput per ISA, shared by `examples/kernel_bench.rs` (native) and the wasm
+//! harness (crates/spinkv-wasm, timed by the JavaScript host): the decode hot loops of the
+//! SmolLM2-135M shapes (head dim 64, 3 query heads per KV head, 32-token pages) and turbo's
+//! rates (keys 3.5 bits, values 3 bits). Each case reports the best of several timed trials —
+//! the machines this runs on are shared.
+
+use crate::codes::{CodeLayout, Levels};
+use crate::{codes, fwht, kv_accumulate, kv_score, matvec, quantize, scales, Isa, WeightRef};
+use half::f16;
+
+const D: usize = 64;
+const N_QH: usize = 3;
+const PAGE: usize = 32;
+
+/// Gaussian-like levels/thresholds of a `bits`-bit codebook for unit vectors of dim 64.
+fn book(bits: u32) -> (Vec<f32>, Vec<f32>) {
+    let n = 1usize << bits;
+    let levels: Vec<f32> = (0..n)
+        .map(|i| ((i as f32 + 0.5) / n as f32 - 0.5) * 0.5)
+        .collect();
+    let thresholds = levels.windows(2).map(|w| 0.5 * (w[0] + w[1])).collect();
+    (levels, thresholds)
+}
+
+fn pseudo(i: usize) -> f32 {
+    let x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    x as f32 / (1u64 << 24) as f32 - 0.5
+}
+
+/// Best seconds per call of `f` over a few trials of at least `min_ms` each.
+fn time(now: &dyn Fn() -> f64, min_ms: f64, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let start = now();
+        let mut calls = 0u64;
+        loop {
+            f();
+            calls += 1;
+            let elapsed = now() - start;
+            if elapsed >= min_ms {
+                best = best.min(elapsed / 1e3 / calls as f64);
+                break;
+            }
+        }
+    }
+    best
+}
+
+/// Runs every case on `isa` (which must be runnable) and returns one line per case.
+/// `now` returns milliseconds from any fixed origin. The active ISA is left at `isa`.
+pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
+    crate::set_isa(isa).expect("bench: ISA not runnable");
+    let min_ms = if isa == Isa::Scalar { 20.0 } else { 40.0 };
+    let mut lines = Vec::new();
+    let mut say = |case: &str, value: String| lines.push(format!("{isa:<8} {case:<34} {value}"));
+
+    // Decode matvec, the lm_head shape (the largest matrix; DRAM-bound).
+    let (rows, k) = (49152usize, 576usize);
+    let w: Vec<f16> = (0..rows * k).map(|i| f16::from_f32(pseudo(i))).collect();
+    let x: Vec<f32> = (0..k).map(pseudo).collect();
+    let mut y = vec![0.0f32; rows];
+    let s = time(now, min_ms, || {
+        matvec(WeightRef::F16(&w), k, &x, 0..rows, &mut y)
+    });
+    say(
+        "matvec f16 49152x576",
+        format!(
+            "{:7.2} ms  {:6.1} GB/s",
+            s * 1e3,
+            (rows * k * 2) as f64 / s / 1e9
+        ),
+    );
+    drop(w);
+
+    // A long context for one KV head: 8192 tokens in 32-token pages.
+    let tokens = 8192usize;
+    let queries: Vec<f32> = (0..N_QH * D).map(|i| pseudo(i + 7)).collect();
+    let mut scores = vec![0.0f32; N_QH * PAGE];
+    let mut acc = vec![0.0f32; N_QH * D];
+    let weights: Vec<f32> = (0..N_QH * PAGE).map(|i| 0.01 + pseudo(i).abs()).collect();
+
+    let keys: Vec<f16> = (0..tokens * D).map(|i| f16::from_f32(pseudo(i))).collect();
+    let s = time(now, min_ms, || {
+        for page in keys.chunks_exact(PAGE * D) {
+            kv_score::score_f16(page, D, &queries, &mut scores, PAGE);
+        }
+    });
+    say(
+        "key scan fp16 (8192 tok, 3 qh)",
+        rate(tokens * D * 2, tokens, s),
+    );
+    let s = time(now, min_ms, || {
+        for page in keys.chunks_exact(PAGE * D) {
+            kv_accumulate::accumulate_f16(page, D, &weights, PAGE, &mut acc);
+        }
+    });
+    say(
+        "value scan fp16 (8192 tok, 3 qh)",
+        rate(tokens * D * 2, tokens, s),
+    );
+    drop(keys);
+
+    let (hi_levels, hi_thresholds) = book(4);
+    let (lo_levels, lo_thresholds) = book(3);
+    let levels = Levels {
+        hi: &hi_levels,
+        lo: &lo_levels,
+    };
+    let thresholds = Levels {
+        hi: &hi_thresholds,
+        lo: &lo_thresholds,
+    };
+    let key_layout = CodeLayout::for_half_bits(D, 7);
+    let value_layout = CodeLayout::for_half_bits(D, 6);
+    let value_levels = Levels {
+        hi: &lo_levels,
+        lo: &lo_levels,
+    };
+    let mut packed_keys = vec![0u8; tokens * key_layout.bytes()];
+    let mut packed_values = vec![0u8; tokens * value_layout.bytes()];
+    let mut code = vec![0u8; D];
+    for j in 0..tokens {
+        for (c, v) in code.iter_mut().enumerate() {
+            *v = (pseudo(j * D + c).to_bits() % (1 << key_layout.width(c))) as u8;
+        }
+        let kb = key_layout.bytes();
+        codes::pack(&code, &key_layout, &mut packed_keys[j * kb..(j + 1) * kb]);
+        let vb = value_layout.bytes();
+        for v in code.iter_mut() {
+            *v &= 7;
+        }
+        codes::pack(
+            &code,
+            &value_layout,
+            &mut packed_values[j * vb..(j + 1) * vb],
+        );
+    }
+    let log_scales: Vec<u8> = (0..tokens).map(|j| (j % 255 + 1) as u8).collect();
+    let mut page_scales = [0.0f32; PAGE];
+    let kb = key_layout.bytes() * PAGE;
+    let s = time(now, min_ms, || {
+        for (page, side) in packed_keys
+            .chunks_exact(kb)
+            .zip(log_scales.chunks_exact(PAGE))
+        {
+            scales::decode_log_u8(side, -2.0, 0.02, &mut page_scales);
+            kv_score::score_codes(
+                page,
+                &key_layout,
+                levels,
+                &page_scales,
+                &queries,
+                &mut scores,
+                PAGE,
+            );
+        }
+    });
+    say(
+        "key scan turbo K3.5 (8192 tok, 3 qh)",
+        rate(tokens * (key_layout.bytes() + 1), tokens, s),
+    );
+    let vb = value_layout.bytes() * PAGE;
+    let s = time(now, min_ms, || {
+        for (page, side) in packed_values
+            .chunks_exact(vb)
+            .zip(log_scales.chunks_exact(PAGE))
+        {
+            scales::decode_log_u8(side, -2.0, 0.02, &mut page_scales);
+            kv_accumulate::accumulate_codes(
+                page,
+                &value_layout,
+                value_levels,
+                &page_scales,
+                &weights,
+                PAGE,
+                &mut acc,
+            );
+        }
+    });
+    say(
+        "value scan turbo V3 (8192 tok, 3 qh)",
+        rate(tokens * (value_layout.bytes() + 1), tokens, s),
+    );
+
+    // Append-time encoding of one token's key (the codec's steps: norm, rotate, snap, pack).
+    let signs: Vec<f32> = (0..D)
+        .map(|i| if pseudo(i) > 0.0 { 1.0 } else { -1.0 })
+        .collect();
+    let rows_in: Vec<f32> = (0..PAGE * D).map(|i| pseudo(i + 3)).collect();
+    let mut y = vec![0.0f32; D];
+    let mut recon = vec![0.0f32; D];
+    let mut out = vec![0u8; key_layout.bytes()];
+    let s = time(now, min_ms, || {
+        for row in rows_in.chunks_exact(D) {
+            let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+            let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+            for (yi, xi) in y.iter_mut().zip(row) {
+                *yi = xi * inv;
+            }
+            fwht::signed_fwht(&mut y, &signs);
+            quantize::quantize(&y, &key_layout, thresholds, levels, &mut code, &mut recon);
+            codes::pack(&code, &key_layout, &mut out);
+        }
+    }) / PAGE as f64;
+    say(
+        "encode turbo key (1 token, d 64)",
+        format!("{:7.1} ns/token", s * 1e9),
+    );
+    lines
+}
+
+fn rate(bytes: usize, tokens: usize, seconds: f64) -> String {
+    format!(
+        "{:6.2} GB/s  {:6.2} ns/token",
+        bytes as f64 / seconds / 1e9,
+        seconds * 1e9 / tokens as f64
+    )
+}

@@ -1,0 +1,177 @@
+//! Attention-weighted sums of a page of cached values, for every query head of a KV head:
+//! fp16 rows, or packed codes accumulated as codebook levels (in the codec's rotated domain;
+//! the caller rotates the sum back once per step).
+//!
+//! Shapes: `weights[qh · stride + j]` for the page's `rows` tokens; `acc` `[n_qh][d]`, added
+//! to. Each value row is read and decoded once for all query heads; a token whose weights are
+//! all zero (causally masked) is skipped, and so is each zero weight. Float tolerance:
+//! `1e-5 · (|acc| + Σ_j |w_j·v_j|)` per element.
+
+pub mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
+
+use crate::codes::{CodeLayout, Levels};
+use crate::isa::{active_isa, dispatch, Isa};
+use crate::kv_score::{check, check_codes};
+use half::f16;
+
+/// `acc[qh][c] += Σ_j weights[qh·stride + j] · values[j][c]` over the `values.len() / d` rows.
+pub fn accumulate_f16(values: &[f16], d: usize, weights: &[f32], stride: usize, acc: &mut [f32]) {
+    let rows = values.len() / d.max(1);
+    check(d, rows, acc, weights.len(), stride);
+    assert_eq!(
+        values.len() % d,
+        0,
+        "accumulate_f16: values is not [rows][d]"
+    );
+    // SAFETY: active_isa() only returns ISAs validated against this CPU; shapes checked.
+    unsafe { accumulate_f16_on(active_isa(), values, d, weights, stride, acc) }
+}
+
+/// `acc[qh][c] += Σ_j weights[qh·stride + j] · scales[j] · level_c(code_{j,c})` over the
+/// `scales.len()` rows packed back to back in `codes`.
+#[allow(clippy::too_many_arguments)]
+pub fn accumulate_codes(
+    codes: &[u8],
+    layout: &CodeLayout,
+    levels: Levels<'_>,
+    scales: &[f32],
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    check_codes(codes, layout, levels, scales.len());
+    check(layout.d, scales.len(), acc, weights.len(), stride);
+    // SAFETY: as above.
+    unsafe {
+        accumulate_codes_on(
+            active_isa(),
+            codes,
+            layout,
+            levels,
+            scales,
+            weights,
+            stride,
+            acc,
+        )
+    }
+}
+
+/// Whether token `j` has a non-zero weight for any of the `n_qh` query heads.
+#[inline(always)]
+pub(crate) fn any_weight(weights: &[f32], stride: usize, n_qh: usize, j: usize) -> bool {
+    (0..n_qh).any(|qh| weights[qh * stride + j] != 0.0)
+}
+
+/// # Safety
+/// `isa` must run on this CPU; shapes as checked by [`accumulate_f16`].
+pub(crate) unsafe fn accumulate_f16_on(
+    isa: Isa,
+    values: &[f16],
+    d: usize,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    dispatch!(isa, accumulate_f16(values, d, weights, stride, acc))
+}
+
+/// # Safety
+/// `isa` must run on this CPU; shapes as checked by [`accumulate_codes`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn accumulate_codes_on(
+    isa: Isa,
+    codes: &[u8],
+    layout: &CodeLayout,
+    levels: Levels<'_>,
+    scales: &[f32],
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    dispatch!(
+        isa,
+        accumulate_codes(codes, layout, levels, scales, weights, stride, acc)
+    )
+}
+
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
+    use crate::kv_score::{parity_layouts, random_block};
+    use crate::test_util::*;
+    let mut rng = Rng::new(6);
+    let stride = 37;
+    let weights_for = |rng: &mut Rng, n_qh: usize| -> Vec<f32> {
+        // Softmax-like weights in [0, 1), some exactly zero (masked), token 2 zero for all.
+        (0..n_qh * stride)
+            .map(|i| {
+                let w = rng.uniform().abs();
+                if i % stride == 2 || w < 0.2 {
+                    0.0
+                } else {
+                    w
+                }
+            })
+            .collect()
+    };
+    for layout in parity_layouts() {
+        let d = layout.d;
+        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 17)] {
+            let (packed, hi, lo) = random_block(&mut rng, &layout, rows);
+            let levels = Levels { hi: &hi, lo: &lo };
+            let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
+            let weights = weights_for(&mut rng, n_qh);
+            let mut want = random_vec(rng.next_u64(), n_qh * d);
+            let mut got = want.clone();
+            scalar::accumulate_codes(
+                &packed, &layout, levels, &scales, &weights, stride, &mut want,
+            );
+            // SAFETY (both `_on` calls): `isa` comes from the runnable list.
+            unsafe {
+                accumulate_codes_on(
+                    isa, &packed, &layout, levels, &scales, &weights, stride, &mut got,
+                )
+            };
+            // |acc| < 1, Σ_j |w·scale·level| < rows · 0.6.
+            canonical(isa, &got, &want, 1.0 + 0.6 * rows as f32, &|| {
+                format!(
+                    "accumulate_codes d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
+                    layout.hi, layout.lo, layout.n_hi
+                )
+            })?;
+        }
+    }
+    for &d in &AWKWARD_SIZES[..13] {
+        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37)] {
+            let values: Vec<f16> = random_vec(rng.next_u64(), rows * d)
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect();
+            let weights = weights_for(&mut rng, n_qh);
+            let mut want = random_vec(rng.next_u64(), n_qh * d);
+            let mut got = want.clone();
+            scalar::accumulate_f16(&values, d, &weights, stride, &mut want);
+            unsafe { accumulate_f16_on(isa, &values, d, &weights, stride, &mut got) };
+            canonical(isa, &got, &want, 1.0 + rows as f32, &|| {
+                format!("accumulate_f16 d={d} n_qh={n_qh} rows={rows}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn simd_matches_scalar() {
+        crate::test_util::for_each_isa(super::parity);
+    }
+}

@@ -1,0 +1,255 @@
+//! AVX-512 scoring. Rows come in blocks of 16: each row is decoded (codes: shuffle/shift/
+//! `vpermps`) or widened (fp16) once into a block buffer, then for every query head the 16 rows'
+//! dot products run as 16 independent FMA chains whose results a transposing reduction
+//! (unpack / shuffle / add, ~3 instructions per row) turns into one vector of 16 scores.
+
+use crate::codes::avx512::RowDecoder;
+use crate::codes::{CodeLayout, Levels};
+use crate::simd::avx512::{tail_mask, Lanes};
+use crate::simd::RowBuf;
+use half::f16;
+use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
+
+/// Rows per block (one score vector).
+const BLOCK: usize = 16;
+/// Head dims up to this take the blocked path; larger ones decode row by row.
+const MAX_BLOCKED_DIM: usize = 256;
+
+/// A page's rows, a block at a time.
+pub(crate) trait Rows {
+    /// Writes rows `j0..j0 + n` to `dst` (row `t` at `dst + t·d`, `d` floats each).
+    ///
+    /// # Safety
+    /// AVX-512; the rows are rows of the page; `dst` valid for `n·d` floats.
+    unsafe fn write_rows(&self, j0: usize, n: usize, dst: *mut f32);
+}
+
+/// fp16 rows, `[rows][d]`.
+pub(crate) struct F16Rows<'a> {
+    pub(crate) rows: &'a [f16],
+    pub(crate) d: usize,
+}
+
+impl Rows for F16Rows<'_> {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn write_rows(&self, j0: usize, n: usize, dst: *mut f32) {
+        let d = self.d;
+        let src = self.rows[j0 * d..(j0 + n) * d].as_ptr();
+        for t in 0..n {
+            let mut c = 0;
+            while c < d {
+                let m = tail_mask((d - c).min(16));
+                // SAFETY: masked lanes stay inside row t of the source and of `dst`.
+                unsafe {
+                    let v = f16::load16_masked(src.add(t * d + c), m);
+                    _mm512_mask_storeu_ps(dst.add(t * d + c), m, v);
+                }
+                c += 16;
+            }
+        }
+    }
+}
+
+/// Packed code rows decoded through their codebooks (a planned layout).
+pub(crate) struct CodeRows<'a> {
+    pub(crate) decoder: &'a RowDecoder,
+    pub(crate) codes: &'a [u8],
+    pub(crate) row_bytes: usize,
+    pub(crate) d: usize,
+}
+
+impl Rows for CodeRows<'_> {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn write_rows(&self, j0: usize, n: usize, dst: *mut f32) {
+        assert!((j0 + n) * self.row_bytes <= self.codes.len());
+        // SAFETY: the rows lie inside `codes` (checked); dst has room for n rows of d.
+        unsafe {
+            self.decoder.decode_rows(
+                self.codes,
+                j0 * self.row_bytes,
+                self.row_bytes,
+                n,
+                dst,
+                self.d,
+            )
+        };
+    }
+}
+
+/// Lane `t` of the result = the sum of the 16 lanes of `v[t]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn transpose_sum(v: &[__m512; 16]) -> __m512 {
+    // Pairs of rows: partial sums of rows 2k, 2k+1 interleaved within each 128-bit lane.
+    let mut p = [_mm512_setzero_ps(); 8];
+    for (k, p) in p.iter_mut().enumerate() {
+        let (a, b) = (v[2 * k], v[2 * k + 1]);
+        *p = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    // Quads: each 128-bit lane holds rows 4m..4m+3, partially summed over that lane.
+    let mut q = [_mm512_setzero_ps(); 4];
+    for (m, q) in q.iter_mut().enumerate() {
+        let (a, b) = (_mm512_castps_pd(p[2 * m]), _mm512_castps_pd(p[2 * m + 1]));
+        *q = _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+        );
+    }
+    // Sum the four 128-bit lanes, leaving rows 4m..4m+3 in lane m.
+    let s01 = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(q[0], q[1]),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(q[0], q[1]),
+    );
+    let s23 = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(q[2], q[3]),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(q[2], q[3]),
+    );
+    _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(s01, s23),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(s01, s23),
+    )
+}
+
+/// Scores of `rows` rows for every query head; `scales` (one per row) multiply each score.
+///
+/// # Safety
+/// AVX-512; shapes as checked by the dispatcher; `d <= MAX_BLOCKED_DIM`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn score_blocks(
+    source: &impl Rows,
+    d: usize,
+    rows: usize,
+    scales: Option<&[f32]>,
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let mut buf = MaybeUninit::<[f32; BLOCK * MAX_BLOCKED_DIM]>::uninit();
+    let buf = buf.as_mut_ptr() as *mut f32;
+    let zero = _mm512_setzero_ps();
+    for j0 in (0..rows).step_by(BLOCK) {
+        let nb = (rows - j0).min(BLOCK);
+        // SAFETY: the block buffer has room for BLOCK rows of d <= MAX_BLOCKED_DIM floats.
+        unsafe {
+            source.write_rows(j0, nb, buf);
+            // Rows past the page's end score 0 (and are not stored).
+            core::ptr::write_bytes(buf.add(nb * d), 0, (BLOCK - nb) * d);
+        }
+        let out_mask = tail_mask(nb);
+
+        let row_scales = match scales {
+            // SAFETY: j0 + nb <= rows = scales.len().
+            Some(s) => unsafe { _mm512_maskz_loadu_ps(out_mask, s.as_ptr().add(j0)) },
+            None => _mm512_set1_ps(1.0),
+        };
+        for (qh, q) in queries.chunks_exact(d).enumerate() {
+            let mut acc = [zero; BLOCK];
+            let mut c = 0;
+            while c < d {
+                let m = tail_mask((d - c).min(16));
+                // SAFETY: masked lanes stay below d in the query and in every buffer row.
+                unsafe {
+                    let qv = _mm512_maskz_loadu_ps(m, q.as_ptr().add(c));
+                    for (t, acc) in acc.iter_mut().enumerate() {
+                        *acc =
+                            _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, buf.add(t * d + c)), qv, *acc);
+                    }
+                }
+                c += 16;
+            }
+            let s = _mm512_mul_ps(transpose_sum(&acc), row_scales);
+            // SAFETY: scores holds [n_qh][stride] with j0 + nb <= rows <= stride.
+            unsafe {
+                _mm512_mask_storeu_ps(scores.as_mut_ptr().add(qh * stride + j0), out_mask, s)
+            };
+        }
+    }
+}
+
+/// # Safety
+/// CPU must support AVX-512 F/BW/VL (+AVX2/FMA/F16C); shapes as checked by
+/// `super::score_f16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn score_f16(
+    keys: &[f16],
+    d: usize,
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let rows = keys.len() / d;
+    if d <= MAX_BLOCKED_DIM {
+        // SAFETY: same target features; shapes checked by the dispatcher.
+        return unsafe {
+            score_blocks(
+                &F16Rows { rows: keys, d },
+                d,
+                rows,
+                None,
+                queries,
+                scores,
+                stride,
+            )
+        };
+    }
+    let mut row = RowBuf::new();
+    let row = &mut row.0[..d];
+    for (j, key) in keys.chunks_exact(d).enumerate() {
+        // SAFETY: same target features as this function; equal lengths.
+        unsafe { crate::convert::avx512::f16_to_f32(key, row) };
+        for (qh, q) in queries.chunks_exact(d).enumerate() {
+            // SAFETY: as above.
+            scores[qh * stride + j] = unsafe { crate::vec_f32::avx512::dot_f32(q, row) };
+        }
+    }
+}
+
+/// # Safety
+/// CPU must support AVX-512 F/BW/VL (+AVX2/FMA/F16C); shapes as checked by
+/// `super::score_codes`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn score_codes(
+    codes: &[u8],
+    layout: &CodeLayout,
+    levels: Levels<'_>,
+    scales: &[f32],
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let (d, bytes) = (layout.d, layout.bytes());
+    // SAFETY: same target features as this function; every row lies inside `codes`
+    // (checked), the levels were checked against the layout.
+    unsafe {
+        let decoder = RowDecoder::new(layout, levels);
+        if d <= MAX_BLOCKED_DIM && decoder.has_segments() {
+            let source = CodeRows {
+                decoder: &decoder,
+                codes,
+                row_bytes: bytes,
+                d,
+            };
+            return score_blocks(
+                &source,
+                d,
+                scales.len(),
+                Some(scales),
+                queries,
+                scores,
+                stride,
+            );
+        }
+        let mut row = RowBuf::new();
+        let row = &mut row.0[..d];
+        for (j, &scale) in scales.iter().enumerate() {
+            decoder.decode(codes, j * bytes, levels, row);
+            for (qh, q) in queries.chunks_exact(d).enumerate() {
+                scores[qh * stride + j] = scale * crate::vec_f32::avx512::dot_f32(q, row);
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Attention scores straight from a page of cached keys, for every query head of a KV head:
+//! fp16 rows, or packed codes scored against their codebook levels (rotated domain).
+//!
+//! Shapes: `queries` `[n_qh][d]` (already scaled); `scores[qh · stride + j]` for the page's
+//! `rows` tokens (`rows <= stride`). Each key row is read and decoded once for all query
+//! heads. SIMD versions reorder the dot products' sums: tolerance `1e-5 · Σ|q_c·k_c|`.
+
+pub mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
+
+use crate::codes::{CodeLayout, Levels};
+use crate::isa::{active_isa, dispatch, Isa};
+use half::f16;
+
+/// `scores[qh·stride + j] = Σ_c queries[qh][c] · keys[j][c]` for the `keys.len() / d` rows.
+pub fn score_f16(keys: &[f16], d: usize, queries: &[f32], scores: &mut [f32], stride: usize) {
+    check(d, keys.len() / d.max(1), queries, scores.len(), stride);
+    assert_eq!(keys.len() % d, 0, "score_f16: keys is not [rows][d]");
+    // SAFETY: active_isa() only returns ISAs validated against this CPU; shapes checked.
+    unsafe { score_f16_on(active_isa(), keys, d, queries, scores, stride) }
+}
+
+/// `scores[qh·stride + j] = scales[j] · Σ_c queries[qh][c] · level_c(code_{j,c})` for the
+/// `scales.len()` rows packed back to back in `codes` (`layout.bytes()` each).
+#[allow(clippy::too_many_arguments)]
+pub fn score_codes(
+    codes: &[u8],
+    layout: &CodeLayout,
+    levels: Levels<'_>,
+    scales: &[f32],
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+) {
+    check_codes(codes, layout, levels, scales.len());
+    check(layout.d, scales.len(), queries, scores.len(), stride);
+    // SAFETY: as above.
+    unsafe {
+        score_codes_on(
+            active_isa(),
+            codes,
+            layout,
+            levels,
+            scales,
+            queries,
+            scores,
+            stride,
+        )
+    }
+}
+
+pub(crate) fn check(d: usize, rows: usize, queries: &[f32], scores_len: usize, stride: usize) {
+    assert!(
+        d > 0 && d <= crate::MAX_CODED_DIM,
+        "kv: head dim out of range"
+    );
+    assert_eq!(queries.len() % d, 0, "kv: queries is not [n_qh][d]");
+    assert!(rows <= stride, "kv: more rows than the stride");
+    let n_qh = queries.len() / d;
+    assert!(
+        n_qh == 0 || scores_len >= (n_qh - 1) * stride + rows,
+        "kv: scores shorter than [n_qh][stride]"
+    );
+}
+
+pub(crate) fn check_codes(codes: &[u8], layout: &CodeLayout, levels: Levels<'_>, rows: usize) {
+    assert!(
+        (1..=8).contains(&layout.hi) && (1..=8).contains(&layout.lo) && layout.n_hi <= layout.d,
+        "kv: bad code layout"
+    );
+    levels.check(layout);
+    assert!(
+        codes.len() >= rows * layout.bytes(),
+        "kv: codes shorter than the rows"
+    );
+}
+
+/// # Safety
+/// `isa` must run on this CPU; shapes as checked by [`score_f16`].
+pub(crate) unsafe fn score_f16_on(
+    isa: Isa,
+    keys: &[f16],
+    d: usize,
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+) {
+    dispatch!(isa, score_f16(keys, d, queries, scores, stride))
+}
+
+/// # Safety
+/// `isa` must run on this CPU; shapes as checked by [`score_codes`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn score_codes_on(
+    isa: Isa,
+    codes: &[u8],
+    layout: &CodeLayout,
+    levels: Levels<'_>,
+    scales: &[f32],
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+) {
+    dispatch!(
+        isa,
+        score_codes(codes, layout, levels, scales, queries, scores, stride)
+    )
+}
+
+/// Random codes of a layout, packed, with codebook-like levels (parity and benchmarks).
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn random_block(
+    rng: &mut crate::test_util::Rng,
+    layout: &CodeLayout,
+    rows: usize,
+) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+    let bytes = layout.bytes();
+    let mut packed = vec![0u8; rows * bytes];
+    let mut codes = vec![0u8; layout.d];
+    for j in 0..rows {
+        for (c, code) in codes.iter_mut().enumerate() {
+            *code = rng.below(1 << layout.width(c)) as u8;
+        }
+        crate::codes::scalar::pack(&codes, layout, &mut packed[j * bytes..(j + 1) * bytes]);
+    }
+    let hi = (0..1 << layout.hi).map(|_| rng.uniform() * 0.3).collect();
+    let lo = (0..1 << layout.lo).map(|_| rng.uniform() * 0.3).collect();
+    (packed, hi, lo)
+}
+
+/// Layouts the kv parity checks sweep: the presets' rates at head dim 64 and 128, then the
+/// awkward dims at 3.5 and 3 bits.
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity_layouts() -> Vec<CodeLayout> {
+    let mut layouts = Vec::new();
+    for d in [64usize, 128] {
+        for half_bits in [4u8, 5, 6, 7, 8, 10, 11, 16] {
+            layouts.push(CodeLayout::for_half_bits(d, half_bits));
+        }
+    }
+    for &d in &crate::test_util::AWKWARD_SIZES[..13] {
+        layouts.push(CodeLayout::for_half_bits(d, 7));
+        layouts.push(CodeLayout::for_half_bits(d, 6));
+    }
+    layouts
+}
+
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
+    use crate::test_util::*;
+    let mut rng = Rng::new(5);
+    let stride = 37;
+    for layout in parity_layouts() {
+        let d = layout.d;
+        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 17)] {
+            let (packed, hi, lo) = random_block(&mut rng, &layout, rows);
+            let levels = Levels { hi: &hi, lo: &lo };
+            let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
+            let queries = random_vec(rng.next_u64(), n_qh * d);
+            let mut want = vec![7.0f32; n_qh * stride];
+            let mut got = want.clone();
+            scalar::score_codes(
+                &packed, &layout, levels, &scales, &queries, &mut want, stride,
+            );
+            // SAFETY (all `_on` calls): `isa` comes from the runnable list.
+            unsafe {
+                score_codes_on(
+                    isa, &packed, &layout, levels, &scales, &queries, &mut got, stride,
+                )
+            };
+            // |q| < 1, |level| < 0.3, scale < 2: Σ|terms| < 0.6·d.
+            canonical(isa, &got, &want, 0.6 * d as f32, &|| {
+                format!(
+                    "score_codes d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
+                    layout.hi, layout.lo, layout.n_hi
+                )
+            })?;
+        }
+    }
+    for &d in &AWKWARD_SIZES[..13] {
+        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37)] {
+            let keys: Vec<f16> = random_vec(rng.next_u64(), rows * d)
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect();
+            let queries = random_vec(rng.next_u64(), n_qh * d);
+            let mut want = vec![7.0f32; n_qh * stride];
+            let mut got = want.clone();
+            scalar::score_f16(&keys, d, &queries, &mut want, stride);
+            unsafe { score_f16_on(isa, &keys, d, &queries, &mut got, stride) };
+            canonical(isa, &got, &want, d as f32, &|| {
+                format!("score_f16 d={d} n_qh={n_qh} rows={rows}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn simd_matches_scalar() {
+        crate::test_util::for_each_isa(super::parity);
+    }
+}

@@ -1,0 +1,55 @@
+//! NEON scoring: each key row is decoded (codes) or widened (fp16) once into an
+//! aligned row buffer, then dotted with every query head.
+
+use crate::codes::neon::RowDecoder;
+use crate::codes::{CodeLayout, Levels};
+use crate::simd::RowBuf;
+use half::f16;
+
+/// # Safety
+/// aarch64; shapes as checked by `super::score_f16`.
+pub unsafe fn score_f16(
+    keys: &[f16],
+    d: usize,
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let mut row = RowBuf::new();
+    let row = &mut row.0[..d];
+    for (j, key) in keys.chunks_exact(d).enumerate() {
+        // SAFETY: same target features as this function; equal lengths.
+        unsafe { crate::convert::neon::f16_to_f32(key, row) };
+        for (qh, q) in queries.chunks_exact(d).enumerate() {
+            // SAFETY: as above.
+            scores[qh * stride + j] = unsafe { crate::vec_f32::neon::dot_f32(q, row) };
+        }
+    }
+}
+
+/// # Safety
+/// aarch64; shapes as checked by `super::score_codes`.
+pub unsafe fn score_codes(
+    codes: &[u8],
+    layout: &CodeLayout,
+    levels: Levels<'_>,
+    scales: &[f32],
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let (d, bytes) = (layout.d, layout.bytes());
+    let mut row = RowBuf::new();
+    let row = &mut row.0[..d];
+    // SAFETY: same target features as this function; every row lies inside `codes`
+    // (checked), the levels were checked against the layout.
+    unsafe {
+        let decoder = RowDecoder::new(layout, levels);
+        for (j, &scale) in scales.iter().enumerate() {
+            decoder.decode(codes, j * bytes, levels, row);
+            for (qh, q) in queries.chunks_exact(d).enumerate() {
+                scores[qh * stride + j] = scale * crate::vec_f32::neon::dot_f32(q, row);
+            }
+        }
+    }
+}

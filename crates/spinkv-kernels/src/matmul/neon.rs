@@ -1,0 +1,120 @@
+//! NEON batched matmul: register tiles of 2 weight rows × 2 tokens, each output the canonical
+//! 16-lane dot product held as four 4-lane accumulators (16 accumulators + 8 widened weight
+//! vectors + 1 activation vector of the 32 q registers; see `crate::canon`).
+
+use crate::simd::neon::{reduce16, Lanes};
+use crate::WeightRef;
+use core::arch::aarch64::*;
+use std::ops::Range;
+
+const ROWS: usize = 2;
+const TOKENS: usize = 2;
+
+/// # Safety
+/// Shapes as checked by `super::check_shapes`.
+pub unsafe fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+    match w {
+        WeightRef::F16(w) => matmul_lanes(w, k, x, rows, y),
+        WeightRef::Bf16(w) => matmul_lanes(w, k, x, rows, y),
+        WeightRef::F32(w) => matmul_lanes(w, k, x, rows, y),
+    }
+}
+
+fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+    super::check_shapes_generic(w.len(), k, x, &rows, y);
+    let n_tokens = x.len() / k;
+    let n_out = rows.len();
+    let first = rows.start;
+    super::for_each_tile(rows, n_tokens, ROWS, TOKENS, |r, nr, t, nt| {
+        // SAFETY: the tile's rows and tokens lie inside w, x and y (checked shapes).
+        unsafe {
+            let args = TileArgs {
+                w: w.as_ptr().add(r * k),
+                x: x.as_ptr().add(t * k),
+                y: y.as_mut_ptr().add(t * n_out + (r - first)),
+                k,
+                y_stride: n_out,
+            };
+            match (nr, nt) {
+                (ROWS, TOKENS) => tile::<L, ROWS, TOKENS>(args),
+                (ROWS, _) => tile::<L, ROWS, 1>(args),
+                (_, TOKENS) => tile::<L, 1, TOKENS>(args),
+                _ => tile::<L, 1, 1>(args),
+            }
+        }
+    });
+}
+
+struct TileArgs<L> {
+    w: *const L,
+    x: *const f32,
+    y: *mut f32,
+    k: usize,
+    y_stride: usize,
+}
+
+/// # Safety
+/// Pointers valid for R rows / T tokens of `k` elements and the T×R outputs.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn tile<L: Lanes, const R: usize, const T: usize>(a: TileArgs<L>) {
+    let k = a.k;
+    let k16 = k / 16 * 16;
+    let zero = vdupq_n_f32(0.0);
+    // [row][token][quad]: the canonical 16 lanes as four 4-lane accumulators.
+    let mut acc = [[[zero; 4]; T]; R];
+    let mut kk = 0;
+    while kk < k16 {
+        // SAFETY: kk + 16 <= k, so every load stays within its row / token.
+        unsafe {
+            let mut wv = [[zero; 4]; R];
+            for i in 0..R {
+                for q in 0..4 {
+                    wv[i][q] = L::load4(a.w.add(i * k + kk + 4 * q));
+                }
+            }
+            for t in 0..T {
+                for q in 0..4 {
+                    let xv = vld1q_f32(a.x.add(t * k + kk + 4 * q));
+                    for i in 0..R {
+                        acc[i][t][q] = vfmaq_f32(acc[i][t][q], wv[i][q], xv);
+                    }
+                }
+            }
+        }
+        kk += 16;
+    }
+    if k16 < k {
+        // The last partial block of 16 through zero-padded copies.
+        let rem = k - k16;
+        for i in 0..R {
+            let mut row = [0.0f32; 16];
+            for (j, v) in row.iter_mut().enumerate().take(rem) {
+                // SAFETY: k16 + j < k, inside the row.
+                *v = unsafe { (*a.w.add(i * k + k16 + j)).widen() };
+            }
+            for t in 0..T {
+                let mut xs = [0.0f32; 16];
+                // SAFETY: k16 + rem = k, inside the token.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(a.x.add(t * k + k16), xs.as_mut_ptr(), rem)
+                };
+                for q in 0..4 {
+                    // SAFETY: loads of local arrays.
+                    unsafe {
+                        let w = vld1q_f32(row.as_ptr().add(4 * q));
+                        let x = vld1q_f32(xs.as_ptr().add(4 * q));
+                        acc[i][t][q] = vfmaq_f32(acc[i][t][q], w, x);
+                    }
+                }
+            }
+        }
+    }
+    for i in 0..R {
+        for t in 0..T {
+            // SAFETY: register-only reduction; output (t, i) is inside the tile the caller
+            // vouched for.
+            unsafe { *a.y.add(t * a.y_stride + i) = reduce16(acc[i][t]) };
+        }
+    }
+}

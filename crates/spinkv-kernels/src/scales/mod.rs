@@ -1,0 +1,91 @@
+//! Per-token scales of the compressed cache, stored as one byte on a logarithmic grid:
+//! code 0 is 0, code `c > 0` is `2^(lo + (c - 1)·step)`. Decoding runs once per page and head
+//! for keys and values alike, so it is vectorised; [`exp2`] is a fixed polynomial (separate
+//! multiplies and adds, no FMA) that every ISA evaluates in the same order: bit-identical.
+
+pub mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
+
+use crate::isa::{active_isa, dispatch, Isa};
+
+pub use scalar::exp2;
+
+/// Range reduction and polynomial of [`exp2`]: `x = n + r`, `n = floor(x + 1/2)`,
+/// `2^r ≈ 1 + r·P(r)` on `[-1/2, 1/2]` (Cephes exp2f, ~1 ulp); inputs clamp to `[-126, 127]`.
+pub(crate) const EXP2_P: [f32; 6] = [
+    1.535_336_2e-4,
+    1.339_887_4e-3,
+    9.618_437e-3,
+    5.550_332_5e-2,
+    2.402_264_8e-1,
+    6.931_472e-1,
+];
+pub(crate) const EXP2_MIN: f32 = -126.0;
+pub(crate) const EXP2_MAX: f32 = 127.0;
+
+/// `out[j] = 0` if `codes[j] == 0`, else `exp2(lo + (codes[j] - 1)·step)`.
+pub fn decode_log_u8(codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
+    assert_eq!(codes.len(), out.len(), "decode_log_u8: length mismatch");
+    // SAFETY: active_isa() only returns ISAs validated against this CPU.
+    unsafe { decode_log_u8_on(active_isa(), codes, lo, step, out) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU; equal lengths.
+pub(crate) unsafe fn decode_log_u8_on(isa: Isa, codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
+    dispatch!(isa, decode_log_u8(codes, lo, step, out))
+}
+
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
+    use crate::test_util::*;
+    let mut rng = Rng::new(13);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for &n in &AWKWARD_SIZES {
+        for (lo, hi) in [(-3.0f32, 7.5f32), (0.0, 0.0), (-140.0, 140.0), (2.25, 2.5)] {
+            let step = (hi - lo) / 254.0;
+            let codes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+            let (mut want, mut got) = (vec![0.0f32; n], vec![1.0f32; n]);
+            scalar::decode_log_u8(&codes, lo, step, &mut want);
+            // SAFETY: `isa` comes from the runnable list.
+            unsafe { decode_log_u8_on(isa, &codes, lo, step, &mut got) };
+            identical(&bits(&got), &bits(&want), &|| {
+                format!("decode_log_u8 n={n} lo={lo}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_matches_scalar_bit_for_bit() {
+        crate::test_util::for_each_isa(parity);
+    }
+
+    #[test]
+    fn exp2_is_accurate() {
+        let mut worst = 0.0f64;
+        for i in -120_000..120_000 {
+            let x = i as f32 * 1e-3;
+            let want = (x as f64).exp2();
+            let rel = ((exp2(x) as f64 - want) / want).abs();
+            worst = worst.max(rel);
+        }
+        assert!(worst < 3e-7, "relative error {worst}");
+        assert_eq!(exp2(0.0), 1.0);
+        assert_eq!(exp2(3.0), 8.0);
+        assert_eq!(exp2(-1.0), 0.5);
+    }
+}

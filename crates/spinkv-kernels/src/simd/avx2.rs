@@ -1,0 +1,153 @@
+//! Small AVX2 building blocks shared by the per-op `avx2.rs` files.
+
+use half::{bf16, f16};
+use std::arch::x86_64::*;
+
+/// Max of the 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn hmax(v: __m256) -> f32 {
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps::<1>(v);
+    let m = _mm_max_ps(lo, hi);
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    _mm_cvtss_f32(m)
+}
+
+/// A storage dtype that 8 lanes at a time widen to f32.
+pub(crate) trait Lanes: Copy {
+    /// # Safety
+    /// `ptr` must be valid for reading 8 elements; the CPU must have AVX2+FMA+F16C.
+    unsafe fn load8(ptr: *const Self) -> __m256;
+    fn widen(self) -> f32;
+}
+
+impl Lanes for f32 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(ptr: *const f32) -> __m256 {
+        _mm256_loadu_ps(ptr)
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Lanes for f16 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(ptr: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(ptr as *const __m128i))
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl Lanes for bf16 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(ptr: *const bf16) -> __m256 {
+        // bf16 is the top half of an f32: zero-extend to 32 bits and shift into place.
+        let raw = _mm256_cvtepu16_epi32(_mm_loadu_si128(ptr as *const __m128i));
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(raw))
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// e^x for 8 lanes; inputs below -87.3 flush to 0 (including -inf), so masked scores vanish.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn exp(x: __m256) -> __m256 {
+    use super::exp_consts::*;
+    let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(LOW));
+    let x = _mm256_min_ps(x, _mm256_set1_ps(HIGH));
+    let x = _mm256_max_ps(x, _mm256_set1_ps(LOW));
+    // x = n·ln2 + r with |r| <= ln2/2, ln2 split in two for precision.
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut poly = _mm256_set1_ps(P[0]);
+    for &c in &P[1..] {
+        poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(c));
+    }
+    let r2 = _mm256_mul_ps(r, r);
+    let er = _mm256_add_ps(_mm256_fmadd_ps(poly, r2, r), _mm256_set1_ps(1.0));
+    let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    )));
+    _mm256_andnot_ps(underflow, _mm256_mul_ps(er, two_n))
+}
+
+/// Mask of the first `n` (<= 8) lanes, for `_mm256_maskload_ps` / `_mm256_maskstore_ps`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn tail_mask(n: usize) -> __m256i {
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lanes)
+}
+
+/// Per 128-bit half: lane 0 (and 4) = `(x0 + x2) + (x1 + x3)` of that quad.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn quad_sums(v: __m256) -> __m256 {
+    let t = _mm256_add_ps(v, _mm256_permute_ps::<0b01_00_11_10>(v));
+    _mm256_add_ps(t, _mm256_permute_ps::<0b10_11_00_01>(t))
+}
+
+/// The canonical reduction of 16 lanes held as `lo` (lanes 0..8) and `hi` (8..16).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn reduce16(lo: __m256, hi: __m256) -> f32 {
+    let (a, b) = (quad_sums(lo), quad_sums(hi));
+    let q01 = _mm_add_ss(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+    let q23 = _mm_add_ss(_mm256_castps256_ps128(b), _mm256_extractf128_ps::<1>(b));
+    _mm_cvtss_f32(_mm_add_ss(q01, q23))
+}
+
+/// Canonical `Σ x[i]·y[i]` over `n` elements: two 8-lane FMA chains (lanes 0..8, 8..16).
+///
+/// # Safety
+/// AVX2; `x` and `y` valid for `n` elements.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
+    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    // SAFETY: loads cover i..i+16 <= n; the tail goes through zero-padded copies.
+    unsafe {
+        while i + 16 <= n {
+            lo = _mm256_fmadd_ps(L::load8(x.add(i)), _mm256_loadu_ps(y.add(i)), lo);
+            hi = _mm256_fmadd_ps(L::load8(x.add(i + 8)), _mm256_loadu_ps(y.add(i + 8)), hi);
+            i += 16;
+        }
+        if i < n {
+            let (mut tx, mut ty) = ([0.0f32; 16], [0.0f32; 16]);
+            for j in i..n {
+                tx[j - i] = (*x.add(j)).widen();
+                ty[j - i] = *y.add(j);
+            }
+            lo = _mm256_fmadd_ps(
+                _mm256_loadu_ps(tx.as_ptr()),
+                _mm256_loadu_ps(ty.as_ptr()),
+                lo,
+            );
+            hi = _mm256_fmadd_ps(
+                _mm256_loadu_ps(tx.as_ptr().add(8)),
+                _mm256_loadu_ps(ty.as_ptr().add(8)),
+                hi,
+            );
+        }
+    }
+    reduce16(lo, hi)
+}

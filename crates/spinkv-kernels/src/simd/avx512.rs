@@ -1,0 +1,144 @@
+//! Small AVX-512 (F + BW + VL, with AVX2/FMA/F16C) building blocks shared by the per-op
+//! `avx512.rs` files. Tails use masked loads and stores instead of scalar epilogues.
+
+use half::{bf16, f16};
+use std::arch::x86_64::*;
+
+/// Mask of the first `n` lanes (`n <= 16`).
+#[inline(always)]
+pub(crate) fn tail_mask(n: usize) -> __mmask16 {
+    debug_assert!(n <= 16);
+    ((1u32 << n) - 1) as __mmask16
+}
+
+/// Max of the 16 lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) fn hmax(v: __m512) -> f32 {
+    _mm512_reduce_max_ps(v)
+}
+
+/// A storage dtype that 16 lanes at a time widen to f32.
+pub(crate) trait Lanes: Copy {
+    /// # Safety
+    /// `ptr` valid for reading 16 elements; AVX-512 F/BW/VL present.
+    unsafe fn load16(ptr: *const Self) -> __m512;
+    /// Lanes outside `mask` read as 0 and are not touched in memory.
+    /// # Safety
+    /// `ptr` valid for the lanes in `mask`; AVX-512 F/BW/VL present.
+    unsafe fn load16_masked(ptr: *const Self, mask: __mmask16) -> __m512;
+}
+
+impl Lanes for f32 {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn load16(ptr: *const f32) -> __m512 {
+        // SAFETY: caller guarantees 16 readable lanes.
+        unsafe { _mm512_loadu_ps(ptr) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn load16_masked(ptr: *const f32, mask: __mmask16) -> __m512 {
+        // SAFETY: masked-off lanes are not accessed.
+        unsafe { _mm512_maskz_loadu_ps(mask, ptr) }
+    }
+}
+
+impl Lanes for f16 {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn load16(ptr: *const f16) -> __m512 {
+        // SAFETY: caller guarantees 16 readable halves (32 bytes).
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(ptr as *const __m256i)) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn load16_masked(ptr: *const f16, mask: __mmask16) -> __m512 {
+        // SAFETY: masked-off lanes are not accessed (AVX512BW+VL masked 16-bit load).
+        unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, ptr as *const i16)) }
+    }
+}
+
+impl Lanes for bf16 {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn load16(ptr: *const bf16) -> __m512 {
+        // SAFETY: caller guarantees 16 readable bf16 (32 bytes).
+        let raw = unsafe { _mm512_cvtepu16_epi32(_mm256_loadu_si256(ptr as *const __m256i)) };
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(raw))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn load16_masked(ptr: *const bf16, mask: __mmask16) -> __m512 {
+        // SAFETY: masked-off lanes are not accessed.
+        let raw = unsafe { _mm256_maskz_loadu_epi16(mask, ptr as *const i16) };
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
+    }
+}
+
+/// e^x for 16 lanes, the same polynomial and rounding steps as the AVX2 version.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) fn exp(x: __m512) -> __m512 {
+    use super::exp_consts::*;
+    let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, _mm512_set1_ps(LOW));
+    let x = _mm512_min_ps(x, _mm512_set1_ps(HIGH));
+    let x = _mm512_max_ps(x, _mm512_set1_ps(LOW));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut poly = _mm512_set1_ps(P[0]);
+    for &c in &P[1..] {
+        poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(c));
+    }
+    let r2 = _mm512_mul_ps(r, r);
+    let er = _mm512_add_ps(_mm512_fmadd_ps(poly, r2, r), _mm512_set1_ps(1.0));
+    let two_n = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
+        _mm512_cvtps_epi32(n),
+        _mm512_set1_epi32(127),
+    )));
+    _mm512_maskz_mul_ps(keep, er, two_n)
+}
+
+/// The canonical reduction of 16 lanes (`crate::canon::reduce16`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) fn reduce16(v: __m512) -> f32 {
+    // Per quad: (x0 + x2, x1 + x3), then their sum in lane 0.
+    let t = _mm512_add_ps(v, _mm512_permute_ps::<0b01_00_11_10>(v));
+    let t = _mm512_add_ps(t, _mm512_permute_ps::<0b10_11_00_01>(t));
+    let q0 = _mm512_castps512_ps128(t);
+    let q1 = _mm512_extractf32x4_ps::<1>(t);
+    let q2 = _mm512_extractf32x4_ps::<2>(t);
+    let q3 = _mm512_extractf32x4_ps::<3>(t);
+    _mm_cvtss_f32(_mm_add_ss(_mm_add_ss(q0, q1), _mm_add_ss(q2, q3)))
+}
+
+/// Canonical `Σ x[i]·y[i]` over `n` elements: one 16-lane FMA chain, masked tail.
+///
+/// # Safety
+/// AVX-512; `x` and `y` valid for `n` elements.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn dot16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
+    let mut acc = _mm512_setzero_ps();
+    let mut i = 0;
+    // SAFETY: full loads stay below n; the masked ones touch only lanes below n.
+    unsafe {
+        while i + 16 <= n {
+            acc = _mm512_fmadd_ps(L::load16(x.add(i)), _mm512_loadu_ps(y.add(i)), acc);
+            i += 16;
+        }
+        if i < n {
+            let m = tail_mask(n - i);
+            acc = _mm512_fmadd_ps(
+                L::load16_masked(x.add(i), m),
+                _mm512_maskz_loadu_ps(m, y.add(i)),
+                acc,
+            );
+        }
+    }
+    reduce16(acc)
+}

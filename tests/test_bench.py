@@ -1,0 +1,311 @@
+"""`spinkv bench` on the tiny model: output formats, case expansion, bad values, llama.cpp.
+
+No assertion here is about speed: speed targets belong to benchmarks, not tests.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from spinkv import benchmark as bm
+from spinkv.commands.app import run_cli
+from spinkv.eval_arms import KvArm
+
+FAST = ["-p", "8", "-n", "4", "-r", "1"]
+
+
+def bench(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = run_cli(["bench", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def tiny(tiny_model_dir: Path, native: ModuleType) -> str:
+    return str(tiny_model_dir)
+
+
+# ---- output formats ---------------------------------------------------------------------------
+
+
+def test_json_record(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = bench(
+        capsys, "-m", tiny, *FAST, "-d", "0,16", "--kv", "fp16,turbo", "-o", "json"
+    )
+    assert code == 0
+    record = json.loads(out)
+    assert record["schema"] == "spinkv.bench/1"
+    assert record["system"]["threads"] >= 1 and record["system"]["cpu"]
+    assert record["system"]["isas"] == record["settings"]["isas"]
+    rows = record["rows"]
+    assert [(r["kv"], r["depth"]) for r in rows] == [
+        ("fp16", 0),
+        ("fp16", 16),
+        ("turbo", 0),
+        ("turbo", 16),
+    ]
+    for row in rows:
+        assert row["engine"] == "spinkv" and row["reps"] == 1
+        assert row["pp_tok_s"] > 0 and row["tg_tok_s"] > 0 and row["first_decode_ms"] > 0
+        assert row["tg_tok_s_std"] == 0.0  # one repetition
+        assert row["peak_rss_bytes"] > 0 and row["kv_payload_bytes"] > 0
+        assert row["scratch_bytes"] is not None
+        assert row["tg_matmul_ms"] >= 0 and row["pp_attention_ms"] >= 0
+        assert (row["fill_tok_s"] is None) == (row["depth"] == 0)
+    assert record["ratios"] == []
+
+
+def test_jsonl_one_object_per_row(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "-o", "jsonl")
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 2
+    assert all(line["record"] == "result" and line["model"] and line["build"] for line in lines)
+    assert [line["depth"] for line in lines] == [0, 8]
+
+
+def test_csv_parses(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "-o", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 2
+    assert {"engine", "isa", "kv", "depth", "pp_tok_s", "tg_tok_s_median", "cpu"} <= set(rows[0])
+    assert float(rows[1]["tg_tok_s"]) > 0
+
+
+def test_markdown_table(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "--kv", "fp16,turbo", "-o", "md")
+    assert code == 0
+    assert out.startswith("`spinkv bench ")
+    assert "- CPU: " in out and "- build: " in out
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 4  # header, separator, one row per (kv, depth)
+    widths = {line.count("|") for line in table}
+    assert len(widths) == 1
+    assert "pp8 t/s" in table[0] and "tg4 t/s" in table[0]
+
+
+def test_rich_table_default(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = bench(capsys, "-m", tiny, *FAST)
+    assert code == 0
+    assert "CPU: " in out and "threads: " in out and "tg4 t/s" in out
+
+
+# ---- comma lists ------------------------------------------------------------------------------
+
+
+def test_comma_lists_expand_into_rows(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["-p", "4,8", "-n", "2,3", "-d", "0,8", "--kv", "fp16,turbo", "-r", "2", "-o", "json"]
+    code, out, _ = bench(capsys, "-m", tiny, *args)
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    keys = [(r["kv"], r["depth"], r["n_prompt"], r["n_gen"]) for r in rows]
+    assert len(keys) == 16 and len(set(keys)) == 16
+    assert set(keys) == {
+        (kv, d, p, n) for kv in ("fp16", "turbo") for d in (0, 8) for p in (4, 8) for n in (2, 3)
+    }
+    assert all(r["reps"] == 2 for r in rows)
+    # one fill per (kv, depth), shared by its (p, n) rows
+    fills: dict[tuple[str, int], set[float]] = {}
+    for r in rows:
+        fills.setdefault((r["kv"], r["depth"]), set()).add(r["fill_tok_s"])
+    assert all(len(f) == 1 for f in fills.values())
+
+
+@pytest.mark.parametrize("preset", ["fp16", "turbo"])
+def test_restore_returns_to_the_fill_exactly(
+    tiny_model_dir: Path, native: ModuleType, preset: str
+) -> None:
+    engine = bm.SpinkvEngine(native.Model.load(str(tiny_model_dir)))
+    arm = KvArm(preset, {"preset": preset})
+    tokens = list(range(3, 300))
+    bm.fill_context(engine, arm, tokens[:197])
+    digest = engine.session.state_digest()
+    case = bm.Case("any", arm, 197, 40, 60)
+    first = bm.measure_rep(engine, case, tokens, bos=1)
+    assert engine.session.state_digest() == digest
+    second = bm.measure_rep(engine, case, tokens, bos=1)
+    assert engine.session.state_digest() == digest
+    assert first.generated == second.generated and len(first.generated) == 60
+
+
+def test_isa_list_gives_rows_per_isa(
+    tiny: str, native: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = native.isa()
+    code, out, _ = bench(capsys, "-m", tiny, *FAST, "--isa", f"scalar,{before}", "-o", "json")
+    assert code == 0
+    isas = [r["isa"] for r in json.loads(out)["rows"]]
+    assert isas == list(dict.fromkeys(["scalar", before]))
+    assert native.isa() == before  # restored
+
+
+def test_cases_drop_empty_combinations() -> None:
+    settings = bm.BenchSettings(
+        n_prompt=(0, 4),
+        n_gen=(0, 2),
+        depths=(0, 8),
+        reps=1,
+        isas=("scalar",),
+        arms=(KvArm("fp16", {"preset": "fp16"}),),
+    )
+    cases = settings.cases()
+    assert len(cases) == 2 * 3
+    assert all(c.n_prompt or c.n_gen for c in cases)
+    assert [c.depth for c in cases] == [0, 0, 0, 8, 8, 8]
+
+
+def test_parse_int_list() -> None:
+    assert bm.parse_int_list("512, 2048,512,", "-d") == (512, 2048)
+    for bad in ("", "a", "-1", "1,,x"):
+        with pytest.raises(bm.InvalidInputError):
+            bm.parse_int_list(bad, "-d")
+
+
+def test_codec_excess_estimate() -> None:
+    attention = [1.0, 1.1, 0.9, 3.0, 1.0, 1.0, 2.0, 1.0]
+    sealed = [False, False, False, True, False, False, True, False]
+    assert bm.codec_excess_ms(attention, sealed) == pytest.approx(2.0 + 1.0)
+    assert bm.codec_excess_ms(attention, [False] * 8) == 0.0
+
+
+def test_summarize() -> None:
+    assert bm.summarize([None, None]) is None
+    mean, std, median = bm.summarize([1.0, 2.0, 6.0, None])  # type: ignore[misc]
+    assert (mean, median) == (3.0, 2.0) and std == pytest.approx(2.6458, abs=1e-4)
+
+
+def test_ratios_match_depth_prompt_and_gen() -> None:
+    base: dict[str, Any] = {"n_prompt": 8, "n_gen": 4, "fill_tok_s": None, "decode_tok_s": 1.0}
+    rows = [
+        {**base, "engine": "spinkv", "isa": "avx2", "kv": "fp16", "depth": 8, "pp_tok_s": 30.0,
+         "tg_tok_s": 6.0},
+        {**base, "engine": "spinkv", "isa": "avx2", "kv": "fp16", "depth": 16, "pp_tok_s": 1.0,
+         "tg_tok_s": 1.0},
+        {**base, "engine": "llama.cpp", "isa": "native", "kv": "f16", "depth": 8,
+         "pp_tok_s": 10.0, "tg_tok_s": 3.0},
+    ]  # fmt: skip
+    (ratio,) = bm.ratios(rows)
+    assert ratio["depth"] == 8
+    assert ratio["pp_tok_s_ratio"] == 3.0 and ratio["tg_tok_s_ratio"] == 2.0
+    assert ratio["fill_tok_s_ratio"] is None
+
+
+# ---- bad values -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["-d", "-1"], "-d"),
+        (["-d", "1,x"], "-d"),
+        (["--isa", "nonsense"], "nonsense"),
+        (["--isa", "neon"], "neon"),
+        (["-r", "0"], "-r"),
+        (["-p", "0", "-n", "0"], "-p and -n"),
+        (["-o", "xml"], "xml"),
+        (["--kv", "bogus"], "bogus"),
+        (["-t", "0"], "-t"),
+        (["-d", "100000"], "context"),
+    ],
+)
+def test_bad_values_exit_2_in_one_line(
+    tiny: str, capsys: pytest.CaptureFixture[str], args: list[str], fragment: str
+) -> None:
+    code, out, err = bench(capsys, "-m", tiny, *FAST, *args)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert fragment in lines[0]
+    assert out == ""
+
+
+def test_compare_llama_cpp_needs_the_package(
+    tiny: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp -> ImportError
+    code, _, err = bench(capsys, "-m", tiny, *FAST, "--compare-llama-cpp")
+    assert code == 2
+    assert err.count("\n") == 1 and "pip install llama-cpp-python" in err
+
+
+# ---- kernel mode ------------------------------------------------------------------------------
+
+
+def test_kernel_mode_rows(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--kernels", "-d", "40", "-n", "70", "-r", "1", "--kv", "fp16,turbo", "-o", "json"]
+    code, out, _ = bench(capsys, "-m", tiny, *args)
+    assert code == 0
+    record = json.loads(out)
+    rows = {r["kv"]: r for r in record["rows"]}
+    assert set(rows) == {"fp16", "turbo"}
+    assert rows["fp16"]["attend_us"] > 0 and rows["fp16"]["scan_gb_s"] > 0
+    assert rows["fp16"]["encode_ns_per_token"] is None
+    assert any("simd128" in note for note in record["notes"])
+
+
+# ---- llama.cpp, when installed ----------------------------------------------------------------
+
+
+@pytest.fixture
+def llama_cpp() -> ModuleType:
+    return pytest.importorskip("llama_cpp")
+
+
+def test_gguf_export_matches_our_logits(
+    tiny_model_dir: Path, native: ModuleType, llama_cpp: ModuleType, tmp_path: Path
+) -> None:
+    import numpy as np
+    from spinkv.gguf_export import cached_f16_gguf
+    from spinkv.llamacpp import LlamaCppEngine
+
+    path = cached_f16_gguf(tiny_model_dir, tmp_path)
+    assert cached_f16_gguf(tiny_model_dir, tmp_path) == path  # cached
+    tokens = [1, 50, 60, 70, 80, 90, 100, 33]
+    theirs = LlamaCppEngine(path, n_ctx=64, threads=1)
+    theirs.new_context(None)
+    theirs.prefill(tokens)
+    ours = native.Model.load(str(tiny_model_dir)).session()
+    ours.prefill(tokens)
+    logits = np.ctypeslib.as_array(theirs._llm._ctx.get_logits(), shape=(theirs._n_vocab,))
+    np.testing.assert_allclose(logits, ours.logits(), atol=0.05)
+    theirs.close()
+
+
+@pytest.fixture
+def one_thread(native: ModuleType) -> Iterator[None]:
+    """-t 1 for one test (llama.cpp's spinning barriers crawl when 2 threads share a busy
+    machine), then the thread count as it was."""
+    before = native.threads()
+    yield
+    native.set_threads(before)
+
+
+def test_compare_llama_cpp_prints_ratios(
+    tiny: str,
+    llama_cpp: ModuleType,
+    spinkv_home: Path,
+    one_thread: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [*FAST, "-t", "1", "-d", "0,8", "--compare-llama-cpp", "-o", "json"]
+    code, out, _ = bench(capsys, "-m", tiny, *args)
+    assert code == 0
+    record = json.loads(out)
+    engines = [(r["engine"], r["depth"]) for r in record["rows"]]
+    assert engines == [("spinkv", 0), ("spinkv", 8), ("llama.cpp", 0), ("llama.cpp", 8)]
+    assert [r["depth"] for r in record["ratios"]] == [0, 8]
+    for ratio in record["ratios"]:
+        assert ratio["tg_tok_s_ratio"] > 0 and ratio["pp_tok_s_ratio"] > 0
+        # same weights, same f16 cache: the greedy tokens agree (ties aside, all of them)
+        assert ratio["greedy_tokens"] == 4 and ratio["same_greedy_tokens"] >= 1
+    assert "llama-cpp-python" in record["system"]["llama_cpp"]
+    assert list((spinkv_home / "llama-cpp").glob("*.f16.gguf"))
