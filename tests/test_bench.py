@@ -183,16 +183,27 @@ def test_summarize() -> None:
     assert (mean, median) == (3.0, 2.0) and std == pytest.approx(2.6458, abs=1e-4)
 
 
+def _row(engine: str, depth: int, pp: float, tg: float) -> dict[str, Any]:
+    return {
+        "engine": engine,
+        "isa": "avx2" if engine == "spinkv" else "native",
+        "kv": "fp16" if engine == "spinkv" else "f16",
+        "depth": depth,
+        "n_prompt": 8,
+        "n_gen": 4,
+        "fill_tok_s_median": None,
+        "pp_tok_s_median": pp,
+        "tg_tok_s_median": tg,
+        "decode_tok_s_median": 1.0,
+    }
+
+
 def test_ratios_match_depth_prompt_and_gen() -> None:
-    base: dict[str, Any] = {"n_prompt": 8, "n_gen": 4, "fill_tok_s": None, "decode_tok_s": 1.0}
     rows = [
-        {**base, "engine": "spinkv", "isa": "avx2", "kv": "fp16", "depth": 8, "pp_tok_s": 30.0,
-         "tg_tok_s": 6.0},
-        {**base, "engine": "spinkv", "isa": "avx2", "kv": "fp16", "depth": 16, "pp_tok_s": 1.0,
-         "tg_tok_s": 1.0},
-        {**base, "engine": "llama.cpp", "isa": "native", "kv": "f16", "depth": 8,
-         "pp_tok_s": 10.0, "tg_tok_s": 3.0},
-    ]  # fmt: skip
+        _row("spinkv", 8, 30.0, 6.0),
+        _row("spinkv", 16, 1.0, 1.0),
+        _row("llama.cpp", 8, 10.0, 3.0),
+    ]
     (ratio,) = bm.ratios(rows)
     assert ratio["depth"] == 8
     assert ratio["pp_tok_s_ratio"] == 3.0 and ratio["tg_tok_s_ratio"] == 2.0

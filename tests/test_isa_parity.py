@@ -60,7 +60,7 @@ def greedy(model, tokens: list[int], n: int, kv: dict) -> tuple[list[int], np.nd
 def test_greedy_tokens_identical_across_isas(
     native: ModuleType, default_model_dir: Path, arm: str
 ) -> None:
-    isas = [isa for isa in native.cpu_features()]
+    isas = list(native.cpu_features())
     assert "scalar" in isas
     initial = native.isa()
     model = native.Model.load(str(default_model_dir))
@@ -69,7 +69,8 @@ def test_greedy_tokens_identical_across_isas(
     try:
         for isa in isas:
             native.set_isa(isa)
-            runs[isa] = greedy(model, tokens, SCALAR_TOKENS if isa == "scalar" else TOKENS, ARMS[arm])
+            n = SCALAR_TOKENS if isa == "scalar" else TOKENS
+            runs[isa] = greedy(model, tokens, n, ARMS[arm])
     finally:
         native.set_isa(initial)
     reference_isa = next(isa for isa in isas if isa != "scalar") if len(isas) > 1 else "scalar"

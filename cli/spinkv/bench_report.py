@@ -101,8 +101,12 @@ def header_lines(system: Mapping[str, Any]) -> list[str]:
         lines[-1] += "; at end: " + " ".join(map(str, system["load_average_end"]))
     if system.get("llama_cpp"):
         lines.append(f"llama.cpp: {system['llama_cpp']}")
-    busiest = max([system["load_average"][0], *system.get("load_average_end", [])[:1]])
-    if busiest > (system.get("cores") or 1) - 0.5:
+    cores = system.get("cores") or 1
+    start = system["load_average"][0]
+    end = (system.get("load_average_end") or [0.0])[0]
+    # the run itself adds about `threads` to the load at the end
+    if start > cores - 0.5 or end > cores + 0.5:
+        busiest = max(start, end)
         warning = f"warning: the machine was busy (load {busiest:.1f} on {system['cores']} cores)"
         warning += ": figures are noisy"
         if system.get("llama_cpp"):
@@ -219,7 +223,9 @@ def rich_tables(record: Mapping[str, Any], columns: Sequence[Column] | None) -> 
     columns = columns or bench_columns(record["rows"])
     tables = [_rich_table(record["rows"], columns, None)]
     if record.get("ratios"):
-        tables.append(_rich_table(record["ratios"], RATIO_COLUMNS, "ours / llama.cpp"))
+        tables.append(
+            _rich_table(record["ratios"], RATIO_COLUMNS, "ours / llama.cpp (ratios of medians)")
+        )
     return tables
 
 
@@ -241,7 +247,12 @@ def markdown(record: Mapping[str, Any], columns: Sequence[Column] | None) -> str
     out += [f"- {line}" for line in header_lines(system)]
     out += ["", *_md_table(record["rows"], columns)]
     if record.get("ratios"):
-        out += ["", "ours / llama.cpp:", "", *_md_table(record["ratios"], RATIO_COLUMNS)]
+        out += [
+            "",
+            "ours / llama.cpp (ratios of medians):",
+            "",
+            *_md_table(record["ratios"], RATIO_COLUMNS),
+        ]
     out += ["", *(f"_{note}_" for note in record.get("notes", ()))]
     return "\n".join(out) + "\n"
 
@@ -270,11 +281,16 @@ def csv_text(record: Mapping[str, Any]) -> str:
     return buffer.getvalue()
 
 
-def jsonl_text(record: Mapping[str, Any]) -> str:
-    meta = _meta(record["system"])
-    lines = [json.dumps({"record": "result", **row, **meta}) for row in record["rows"]]
-    lines += [json.dumps({"record": "ratio", **row, **meta}) for row in record.get("ratios", ())]
-    return "".join(line + "\n" for line in lines)
+def jsonl_line(kind: str, row: Mapping[str, Any], system: Mapping[str, Any]) -> str:
+    """One JSON-lines record: kind ("result" or "ratio"), the row, the system fields."""
+    return json.dumps({"record": kind, **row, **_meta(system)}) + "\n"
+
+
+def jsonl_text(record: Mapping[str, Any], *, results: bool = True) -> str:
+    system = record["system"]
+    lines = [jsonl_line("result", row, system) for row in record["rows"]] if results else []
+    lines += [jsonl_line("ratio", row, system) for row in record.get("ratios", ())]
+    return "".join(lines)
 
 
 def json_text(record: Mapping[str, Any]) -> str:
@@ -287,8 +303,10 @@ def emit(
     *,
     out: Console,
     columns: Sequence[Column] | None = None,
+    streamed: bool = False,
 ) -> None:
-    """Print record to out in fmt (the rich table with the machine header above it)."""
+    """Print record to out in fmt (the rich table with the machine header above it);
+    streamed: the jsonl result lines were printed as the rows came (see jsonl_line)."""
     if fmt == "table":
         for line in header_lines(record["system"]):
             out.print(line, style="dim", soft_wrap=True, markup=False)
@@ -301,7 +319,7 @@ def emit(
         "md": lambda: markdown(record, columns),
         "csv": lambda: csv_text(record),
         "json": lambda: json_text(record),
-        "jsonl": lambda: jsonl_text(record),
+        "jsonl": lambda: jsonl_text(record, results=not streamed),
     }[fmt]()
     out.file.write(text)
     out.file.flush()

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -76,9 +77,11 @@ def run_benchmark(
     *,
     command: str,
     compare_llama_cpp: bool = False,
+    on_row: Callable[[Mapping[str, Any], Mapping[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run every case (and llama.cpp's twins, each depth right after ours) and return the
-    record: system header, settings, rows, ratios, notes."""
+    record: system header, settings, rows, ratios, notes. on_row(row, system) is called as
+    each row completes (to stream results of long runs)."""
     from spinkv import _native
     from spinkv.bench_report import system_info
 
@@ -106,17 +109,19 @@ def run_benchmark(
     )
     bos = loaded.tokenizer.bos_token_id
     rows: list[dict[str, Any]] = []
+    common = (settings.reps, tokens, bos, progress)
     progress.start("bench", n_runs * settings.reps)
     try:
         with keep_isa():
             for depth in settings.depths:
                 ours = [case for case in cases if case.depth == depth]
-                rows += bm.run_cases(
-                    engine, ours, settings.reps, tokens, bos, progress, select_isa=_native.set_isa
-                )
+                runs = [bm.run_cases(engine, ours, *common, select_isa=_native.set_isa)]
                 if llama is not None:
-                    twins = llama_cases.get(depth, [])
-                    rows += bm.run_cases(llama, twins, settings.reps, tokens, bos, progress)
+                    runs.append(bm.run_cases(llama, llama_cases.get(depth, []), *common))
+                for row in itertools.chain(*runs):
+                    rows.append(row)
+                    if on_row is not None:
+                        on_row(row, system)
     finally:
         if llama is not None:
             llama.close()

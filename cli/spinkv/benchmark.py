@@ -268,8 +268,10 @@ def _per_token(delta: Mapping[str, float], tokens: int, prefix: str) -> dict[str
 
 
 def fill_context(engine: Engine, arm: KvArm, tokens: Sequence[int]) -> float:
-    """A fresh context holding tokens, marked; returns the fill's wall time in seconds."""
+    """A fresh context holding tokens, marked; returns the fill's wall time in seconds. The
+    RSS high-water mark restarts once the previous context is gone."""
     engine.new_context(arm.kv)
+    peak_rss_reset()
     started = time.perf_counter()
     for start in range(0, len(tokens), FILL_CHUNK):
         engine.prefill(list(tokens[start : start + FILL_CHUNK]))
@@ -409,7 +411,6 @@ def run_cases(
             fill_context(engine, arm, ())
             measure_rep(engine, Case(isa, arm, 0, WARMUP_PROMPT, WARMUP_GEN), tokens, bos)
             current = isa
-        peak_rss_reset()
         fill_s = fill_context(engine, arm, tokens[:depth])
         for case in group:
             samples = []
@@ -424,7 +425,8 @@ def run_cases(
 
 
 def ratios(rows: Sequence[Mapping[str, Any]], reference: str = "llama.cpp") -> list[dict]:
-    """ours / reference for each of our rows with a reference row at the same depth, p, n."""
+    """ours / reference (ratios of medians) for each of our rows with a reference row at the
+    same depth, p, n."""
     refs = {(r["depth"], r["n_prompt"], r["n_gen"]): r for r in rows if r["engine"] == reference}
     out = []
     for row in rows:
@@ -439,7 +441,8 @@ def ratios(rows: Sequence[Mapping[str, Any]], reference: str = "llama.cpp") -> l
             "n_gen": row["n_gen"],
         }
         for metric in ("fill_tok_s", "pp_tok_s", "tg_tok_s", "decode_tok_s"):
-            ours, theirs = row.get(metric), ref.get(metric)
+            # medians: one preempted repetition must not swing the ratio
+            ours, theirs = row.get(f"{metric}_median"), ref.get(f"{metric}_median")
             entry[f"{metric}_ratio"] = ours / theirs if ours and theirs else None
         entry["same_greedy_tokens"] = common_prefix_length(
             row.get("greedy_tokens") or (), ref.get("greedy_tokens") or ()

@@ -4,12 +4,13 @@ optionally side by side with llama.cpp; `--kernels` for KV kernel speed per ISA.
 from __future__ import annotations
 
 import shlex
-from typing import Annotated, Optional
+from collections.abc import Mapping
+from typing import Annotated, Any, Optional
 
 import typer
 
 from spinkv import benchmark as bm
-from spinkv.bench_report import FORMATS, Column, emit
+from spinkv.bench_report import FORMATS, Column, emit, jsonl_line
 from spinkv.commands import options as opt
 from spinkv.commands.eval import LineProgress, RichProgress
 from spinkv.commands.render import stderr, stdout
@@ -146,10 +147,15 @@ def bench_command(
             columns: list[Column] | None = KERNEL_COLUMNS
         else:
             record = bench_run.run_benchmark(
-                loaded, settings, progress, command=command, compare_llama_cpp=compare_llama_cpp
+                loaded,
+                settings,
+                progress,
+                command=command,
+                compare_llama_cpp=compare_llama_cpp,
+                on_row=_print_jsonl if output == "jsonl" else None,
             )
             columns = None
-    emit(record, output, out=stdout, columns=columns)
+    emit(record, output, out=stdout, columns=columns, streamed=output == "jsonl" and not kernels)
 
 
 def _command_line(
@@ -175,6 +181,12 @@ def _command_line(
     if llama:
         parts.append("--compare-llama-cpp")
     return " ".join(shlex.quote(part) for part in parts)
+
+
+def _print_jsonl(row: Mapping[str, Any], system: Mapping[str, Any]) -> None:
+    """A result row as soon as it is measured (long runs keep what they finished)."""
+    stdout.file.write(jsonl_line("result", row, system))
+    stdout.file.flush()
 
 
 def _with_isas(settings: bm.BenchSettings, isas: tuple[str, ...]) -> bm.BenchSettings:

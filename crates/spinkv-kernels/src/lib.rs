@@ -4,8 +4,9 @@
 //! file per SIMD instruction set: `avx2` and `avx512` on x86_64, `neon` on aarch64, `simd128` in
 //! wasm32 builds with `+simd128`. The module's top-level function dispatches at run time on
 //! [`active_isa`], so one build runs on any CPU of its architecture: no `target-cpu=native`
-//! anywhere. [`parity`] (tests, or the `parity` feature) checks every SIMD version against the
-//! scalar one.
+//! anywhere. Float kernels follow one canonical operation order (`canon`), so every ISA with a
+//! fused multiply-add returns bit-identical results. [`parity`] (tests, or the `parity` feature)
+//! checks every SIMD version against the scalar one. See README.md for the ISA × op matrix.
 //!
 //! Kernels work on row ranges / single vectors; threading is the caller's job.
 

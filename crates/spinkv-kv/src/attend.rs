@@ -25,8 +25,9 @@ use crate::table::{LayerTable, PageKind, Segment};
 /// head-dim-64 model is just above it.)
 pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 18;
 
-/// Items per pool thread when splitting: enough to even out a core that is busy elsewhere.
-const ITEMS_PER_THREAD: usize = 4;
+/// Items per pool thread and KV head when splitting: equal-sized items, a multiple of the
+/// thread count, several per thread to even out a core that is busy elsewhere.
+const ITEMS_PER_THREAD_AND_HEAD: usize = 2;
 
 /// Everything one `attend` call reads.
 pub(crate) struct AttendJob<'a> {
@@ -143,7 +144,7 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
         job.n,
         n_segments,
         if parallel {
-            ITEMS_PER_THREAD * threads
+            ITEMS_PER_THREAD_AND_HEAD * threads * shape.n_kv_heads
         } else {
             1
         },

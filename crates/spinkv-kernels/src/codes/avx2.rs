@@ -35,6 +35,8 @@ fn group_bytes(n: usize, width: u32) -> usize {
 struct SegmentPlan {
     seg: Segment,
     ctrl: __m256i,
+    /// `ctrl` for the next group of 8 codes, `w` bytes further on (zeroing entries kept).
+    ctrl_next: __m256i,
     shift: __m256i,
     mask: __m256i,
     /// Levels 0..8 and 8..16 (zero past the table's end).
@@ -99,6 +101,12 @@ impl RowDecoder {
             SegmentPlan {
                 seg: *seg,
                 ctrl: _mm256_loadu_si256(ctrl.as_ptr() as *const __m256i),
+                ctrl_next: {
+                    let c = _mm256_loadu_si256(ctrl.as_ptr() as *const __m256i);
+                    let keep = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(0x80u8 as i8));
+                    let moved = _mm256_add_epi8(c, _mm256_set1_epi8(seg.width as i8));
+                    _mm256_blendv_epi8(moved, c, keep)
+                },
                 shift: _mm256_loadu_si256(shift.as_ptr() as *const __m256i),
                 mask: _mm256_set1_epi32((1i32 << seg.width) - 1),
                 t0: _mm256_maskload_ps(table, tail_mask(n0)),
@@ -113,7 +121,13 @@ impl RowDecoder {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn codes8(plan: &SegmentPlan, bytes: &[u8], at: usize, n: usize) -> __m256i {
-        let word = read_word(bytes, at, group_bytes(n, plan.seg.width));
+        Self::codes_of(plan, read_word(bytes, at, group_bytes(n, plan.seg.width)))
+    }
+
+    /// The 8 codes packed at the bottom of `word`, as 32-bit lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_of(plan: &SegmentPlan, word: u64) -> __m256i {
         let windows = _mm256_shuffle_epi8(_mm256_set1_epi64x(word as i64), plan.ctrl);
         _mm256_and_si256(_mm256_srlv_epi32(windows, plan.shift), plan.mask)
     }
@@ -165,15 +179,55 @@ impl RowDecoder {
             let w = seg.width as usize;
             let (full, rem) = (seg.len / 8, seg.len % 8);
             let rem_mask = tail_mask(rem);
+            // Rows whose every group can be read as a whole 8-byte word without leaving
+            // `bytes` (all but the block's last row or two) skip the bounds-checked reader.
+            let span = seg.byte + full.max(1) * w + 8;
+            let fast_rows = if at + span <= bytes.len() {
+                ((bytes.len() - at - span) / row_bytes.max(1) + 1).min(n_rows)
+            } else {
+                0
+            };
+            // Likewise for 16-byte loads of group pairs.
+            let pair_span = seg.byte + full.max(1) * w + 16;
+            let fast_pair_rows = if at + pair_span <= bytes.len() {
+                ((bytes.len() - at - pair_span) / row_bytes.max(1) + 1).min(n_rows)
+            } else {
+                0
+            };
             for t in 0..n_rows {
                 let row = at + t * row_bytes + seg.byte;
                 // SAFETY: row t's channels lie inside the destination row (the caller's
-                // contract); read_word stays inside `bytes`.
+                // contract); fast pair rows read 16 bytes at row + g·w + 16 <= bytes.len()
+                // (see `pair_span`), fast rows read 8 bytes at row + g·w + 8 <= bytes.len() (see
+                // `span`), the others go through read_word, which stays inside `bytes`.
                 unsafe {
                     let out = dst.add(t * stride + seg.first);
-                    for g in 0..full {
-                        let v = Self::lookup(&plan, Self::codes8(&plan, bytes, row + g * w, 8));
+                    let src = bytes.as_ptr().add(row);
+                    let mut g = 0;
+                    if t < fast_pair_rows {
+                        // Two groups (2w <= 16 bytes) per 16-byte broadcast load.
+                        while g + 2 <= full {
+                            let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                src.add(g * w) as *const __m128i
+                            ));
+                            let a = _mm256_shuffle_epi8(v, plan.ctrl);
+                            let b = _mm256_shuffle_epi8(v, plan.ctrl_next);
+                            let a = _mm256_and_si256(_mm256_srlv_epi32(a, plan.shift), plan.mask);
+                            let b = _mm256_and_si256(_mm256_srlv_epi32(b, plan.shift), plan.mask);
+                            _mm256_storeu_ps(out.add(8 * g), Self::lookup(&plan, a));
+                            _mm256_storeu_ps(out.add(8 * g + 8), Self::lookup(&plan, b));
+                            g += 2;
+                        }
+                    }
+                    while g < full {
+                        let word = if t < fast_rows {
+                            core::ptr::read_unaligned(src.add(g * w) as *const u64)
+                        } else {
+                            read_word(bytes, row + g * w, w)
+                        };
+                        let v = Self::lookup(&plan, Self::codes_of(&plan, word));
                         _mm256_storeu_ps(out.add(8 * g), v);
+                        g += 1;
                     }
                     if rem > 0 {
                         let v =

@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
 const TILE_Q: usize = 3;
-const TILE_G: usize = 2;
+const TILE_G: usize = 3;
 
 /// A page's value rows, group by group.
 trait Source {
@@ -34,17 +34,10 @@ impl Source for F16Source<'_> {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn load(&self, j: usize, group: &Group) -> __m256 {
-        let src = &self.rows[j * self.d + group.first..][..group.n];
-        // SAFETY: a full group reads 8 halves inside the row; a partial one goes through a copy.
-        unsafe {
-            if group.n == 8 {
-                _mm256_cvtph_ps(_mm_loadu_si128(src.as_ptr() as *const __m128i))
-            } else {
-                let mut tail = [f16::ZERO; 8];
-                tail[..group.n].copy_from_slice(src);
-                _mm256_cvtph_ps(_mm_loadu_si128(tail.as_ptr() as *const __m128i))
-            }
-        }
+        debug_assert_eq!(group.n, 8, "fp16 tiles take full groups only");
+        let src = self.rows[j * self.d + group.first..][..8].as_ptr();
+        // SAFETY: a full group of 8 halves inside the row.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i)) }
     }
 }
 
@@ -225,8 +218,12 @@ pub unsafe fn accumulate_f16(
     stride: usize,
     acc: &mut [f32],
 ) {
+    // Full groups of 8 channels go through the tiles; the last d % 8 channels (no partial
+    // vector loads of halves: a copy would be a call inside the hot loop) through scalar FMAs,
+    // which add each element in the same row order.
     let mut groups = [Group::default(); crate::MAX_CODED_DIM / 8];
-    let n_groups = f16_groups(d, &mut groups);
+    let n_full = d / 8;
+    f16_groups(n_full * 8, &mut groups);
     let page = Page {
         rows: values.len() / d,
         scales: None,
@@ -240,9 +237,21 @@ pub unsafe fn accumulate_f16(
         accumulate_tiled(
             &F16Source { rows: values, d },
             &page,
-            &groups[..n_groups],
+            &groups[..n_full],
             acc,
         )
+    };
+    for c in n_full * 8..d {
+        for j in 0..page.rows {
+            if !any_weight(weights, stride, page.n_qh, j) {
+                continue;
+            }
+            let x = values[j * d + c].to_f32();
+            for qh in 0..page.n_qh {
+                let a = &mut acc[qh * d + c];
+                *a = weights[qh * stride + j].mul_add(x, *a);
+            }
+        }
     }
 }
 

@@ -7,12 +7,6 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 use half::{bf16, f16};
 
-/// Sum of the 4 lanes.
-#[inline(always)]
-pub(crate) unsafe fn hsum(v: float32x4_t) -> f32 {
-    vaddvq_f32(v)
-}
-
 /// Max of the 4 lanes.
 #[inline(always)]
 pub(crate) unsafe fn hmax(v: float32x4_t) -> f32 {
