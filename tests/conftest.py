@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,6 +12,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+# The Ctrl-C tests interrupt the main thread (and CLI children) with SIGINT; a runner started
+# as a background job of a non-interactive shell inherits SIGINT ignored, which would mute them.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The numpy reference runs small matrix products: one BLAS thread is as fast, and several
 # threads thrash when the machine's 2 cores are busy (e.g. with the Rust runtime's own pool).

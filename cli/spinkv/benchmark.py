@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from spinkv.errors import InvalidInputError
 from spinkv.eval_arms import KvArm
 from spinkv.generation import common_prefix_length
+from spinkv.kv_options import DEFAULT_KV_PRESET
 
 LICENCE_DIR = Path("/usr/share/common-licenses")
 LICENCES = ("GPL-3", "MPL-2.0", "Apache-2.0")
@@ -118,7 +119,7 @@ class BenchSettings:
     depths: tuple[int, ...] = (0,)
     reps: int = 5
     isas: tuple[str, ...] = ()
-    arms: tuple[KvArm, ...] = (KvArm("fp16", {"preset": "fp16"}),)
+    arms: tuple[KvArm, ...] = (KvArm(DEFAULT_KV_PRESET, {"preset": DEFAULT_KV_PRESET}),)
 
     def validate(self) -> None:
         if self.reps < 1:

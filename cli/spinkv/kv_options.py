@@ -7,6 +7,9 @@ from typing import Any, Union
 
 from spinkv.errors import InvalidInputError
 
+DEFAULT_KV_PRESET = "turbo"
+"""The preset used when none is named (the design study's first product mode: K3.5/V3/W128)."""
+
 KvSpec = Union[str, Mapping[str, Any], None]
 """A KV cache preset name ("fp16", "turbo", ...), a dict of cache options, or None (default)."""
 
@@ -19,6 +22,7 @@ def kv_options(
     window: int | None = None,
     page_tokens: int | None = None,
     max_context: int | None = None,
+    sink_tokens: int | None = None,
 ) -> dict[str, Any] | None:
     """The cache options dict with only the keys given; None when nothing is set."""
     given = {
@@ -28,6 +32,7 @@ def kv_options(
         "window": window,
         "page_tokens": page_tokens,
         "max_context": max_context,
+        "sink_tokens": sink_tokens,
     }
     options = {key: value for key, value in given.items() if value is not None}
     return options or None

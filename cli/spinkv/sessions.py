@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from spinkv.errors import InvalidInputError, SpinkvError
+from spinkv.kv_options import DEFAULT_KV_PRESET
 
 if TYPE_CHECKING:
     from spinkv.api import ChatSession
@@ -103,7 +104,7 @@ class Transcript:
 
     @property
     def preset(self) -> str:
-        return str((self.kv or {}).get("preset") or "fp16")
+        return str((self.kv or {}).get("preset") or DEFAULT_KV_PRESET)
 
     def to_json(self) -> str:
         record = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -96,6 +97,9 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
 
 def main() -> None:
     """Console-script entry point."""
+    # Ctrl-C stops a reply (chat, run): a parent that started us with SIGINT ignored (a
+    # background job of a non-interactive shell) must not turn that off.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     code = run_cli()
     try:
         sys.stdout.flush()

@@ -15,6 +15,7 @@ from spinkv.commands import options as opt
 from spinkv.commands.eval import LineProgress, RichProgress
 from spinkv.commands.render import stderr, stdout
 from spinkv.errors import InvalidInputError
+from spinkv.kv_options import DEFAULT_KV_PRESET
 
 BENCH = "Benchmark"
 
@@ -65,7 +66,7 @@ def bench_command(
             "(e.g. turbo:window=0).",
             rich_help_panel=opt.KV_CACHE,
         ),
-    ] = "fp16",
+    ] = DEFAULT_KV_PRESET,
     k_bits: opt.KBitsOption = None,
     v_bits: opt.VBitsOption = None,
     kv_window: opt.KvWindowOption = None,

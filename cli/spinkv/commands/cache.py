@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from spinkv.commands import options as opt
-from spinkv.commands.eval import SinkTokensOption
 from spinkv.commands.render import format_bytes, print_note, stdout
 from spinkv.errors import InvalidInputError
+from spinkv.kv_options import DEFAULT_KV_PRESET
 
 DEFAULT_TEXT = Path("/usr/share/common-licenses/GPL-3")
 DEFAULT_TOKENS = 4096
@@ -204,7 +204,7 @@ def stats_record(
 ) -> dict[str, Any]:
     return {
         "model": loaded.name,
-        "kv": kv or {"preset": "fp16"},
+        "kv": kv or {"preset": DEFAULT_KV_PRESET},
         "stats": dict(stats),
         "peak_rss_bytes": peak_rss_bytes(),
         "accounting_problems": accounting_problems(stats),
@@ -220,7 +220,7 @@ def stats_command(
     v_bits: opt.VBitsOption = None,
     kv_window: opt.KvWindowOption = None,
     kv_page: opt.KvPageOption = None,
-    sink_tokens: SinkTokensOption = None,
+    sink_tokens: opt.SinkTokensOption = None,
     tokens: Annotated[
         int, typer.Option("--tokens", "-n", help="Tokens of text to prefill (BOS first).")
     ] = DEFAULT_TOKENS,

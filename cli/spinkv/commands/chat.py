@@ -265,6 +265,8 @@ def chat(
     kv_window: opt.KvWindowOption = None,
     kv_page: opt.KvPageOption = None,
     max_context: opt.MaxContextOption = None,
+    sink_tokens: opt.SinkTokensOption = None,
+    isa: opt.RunIsaOption = None,
     session: SessionOption = None,
     quiet: opt.QuietOption = False,
     verbose: opt.VerboseOption = False,
@@ -286,7 +288,9 @@ def chat(
         window=kv_window,
         page_tokens=kv_page,
         max_context=max_context,
+        sink_tokens=sink_tokens,
     )
+    opt.force_isa(isa)
     saved: Transcript | None = None
     path: Path | None = None
     if session is not None:

@@ -25,15 +25,6 @@ from spinkv.eval_arms import parse_arms
 EVAL = "Evaluation"
 DEFAULT_DEPTHS_TEXT = ",".join(map(str, passkey.DEFAULT_DEPTHS))
 
-SinkTokensOption = Annotated[
-    Optional[int],
-    typer.Option(
-        "--sink-tokens",
-        help="Leading tokens kept in fp16 (attention sinks).",
-        show_default=False,
-        rich_help_panel=opt.KV_CACHE,
-    ),
-]
 
 OnlyOption = Annotated[
     Optional[str],
@@ -161,7 +152,7 @@ def eval_command(
     v_bits: opt.VBitsOption = None,
     kv_window: opt.KvWindowOption = None,
     kv_page: opt.KvPageOption = None,
-    sink_tokens: SinkTokensOption = None,
+    sink_tokens: opt.SinkTokensOption = None,
     text: Annotated[
         Path,
         typer.Option(

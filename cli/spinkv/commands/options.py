@@ -6,6 +6,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from spinkv.errors import InvalidInputError
 from spinkv.kv_options import kv_options
 from spinkv.sampling import SamplingParams
 
@@ -101,7 +102,8 @@ KvPresetOption = Annotated[
     Optional[str],
     typer.Option(
         "--kv",
-        help="KV cache preset, e.g. fp16 or turbo.",
+        help="KV cache preset: turbo (default: keys 3.5 bits, values 3 bits, 128 recent tokens "
+        "in fp16), fp16, turbo-qjl, kivi2, kivi4.",
         show_default=False,
         rich_help_panel=KV_CACHE,
     ),
@@ -141,6 +143,24 @@ MaxContextOption = Annotated[
         "cache slides: its oldest pages after the first are retired.",
         show_default=False,
         rich_help_panel=KV_CACHE,
+    ),
+]
+SinkTokensOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--sink-tokens",
+        help="Leading tokens kept in fp16 for the life of the cache (attention sinks).",
+        show_default=False,
+        rich_help_panel=KV_CACHE,
+    ),
+]
+RunIsaOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--isa",
+        help="Force an instruction set: scalar, avx2, avx512, neon (default: the best the CPU "
+        "has; SPINKV_ISA does the same).",
+        show_default=False,
     ),
 ]
 QuietOption = Annotated[
@@ -187,6 +207,7 @@ def kv_from_flags(
     window: int | None,
     page_tokens: int | None,
     max_context: int | None = None,
+    sink_tokens: int | None = None,
 ) -> dict[str, Any] | None:
     """The `kv` dict for Model.session(); the runtime validates the values."""
     return kv_options(
@@ -196,4 +217,17 @@ def kv_from_flags(
         window=window,
         page_tokens=page_tokens,
         max_context=max_context,
+        sink_tokens=sink_tokens,
     )
+
+
+def force_isa(name: str | None) -> None:
+    """Select the kernels' instruction set for this process (--isa); None keeps the default."""
+    if name is None:
+        return
+    from spinkv import _native
+
+    try:
+        _native.set_isa(name)
+    except _native.SpinkvError as exc:
+        raise InvalidInputError(f"--isa {name}: {exc}") from None

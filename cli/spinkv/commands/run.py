@@ -69,6 +69,8 @@ def run(
     kv_window: opt.KvWindowOption = None,
     kv_page: opt.KvPageOption = None,
     max_context: opt.MaxContextOption = None,
+    sink_tokens: opt.SinkTokensOption = None,
+    isa: opt.RunIsaOption = None,
     prompt_cache: PromptCacheOption = None,
     json_output: Annotated[
         bool,
@@ -98,7 +100,9 @@ def run(
         window=kv_window,
         page_tokens=kv_page,
         max_context=max_context,
+        sink_tokens=sink_tokens,
     )
+    opt.force_isa(isa)
     text = read_prompt(prompt)
 
     import spinkv.api as api

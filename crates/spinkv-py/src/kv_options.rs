@@ -7,6 +7,9 @@ use spinkv_kv::{KvConfig, NormFormat};
 
 use crate::errors::{invalid_input, kv_error};
 
+/// The preset used when none is named: the design study's first product mode.
+pub const DEFAULT_PRESET: &str = "turbo";
+
 const KEYS: [&str; 10] = [
     "preset",
     "k_bits",
@@ -27,7 +30,7 @@ pub fn kv_config_from_dict(
     let Some(options) = options else {
         return Ok(KvConfig {
             max_tokens: context,
-            ..KvConfig::default()
+            ..KvConfig::preset(DEFAULT_PRESET).map_err(kv_error)?
         });
     };
     for key in options.keys() {
@@ -44,7 +47,7 @@ pub fn kv_config_from_dict(
     };
     let preset: String = match get("preset")? {
         Some(v) => v.extract()?,
-        None => "fp16".to_string(),
+        None => DEFAULT_PRESET.to_string(),
     };
     let mut config = KvConfig::preset(&preset).map_err(kv_error)?;
     config.max_tokens = context;

@@ -30,7 +30,7 @@ unsafe fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize
     let n_tokens = x.len() / k;
     let n_out = rows.len();
     let first = rows.start;
-    super::for_each_tile(rows, n_tokens, ROWS, TOKENS, |r, nr, t, nt| {
+    super::for_each_tile(rows, n_tokens, k, ROWS, TOKENS, |r, nr, t, nt| {
         // SAFETY: the tile's rows and tokens lie inside w, x and y (checked shapes), and the
         // CPU has the target features of this function.
         unsafe {

@@ -43,10 +43,24 @@ pub(crate) unsafe fn matmul_on(
     dispatch!(isa, matmul(w, k, x, rows, y))
 }
 
-/// Walks the `[n_tokens] × rows` output in register tiles of `R` rows × `T` tokens: full tiles
-/// first, then the leftover tokens of each row block one at a time, then the leftover rows.
-/// `tile(row, n_rows_in_tile, token, n_tokens_in_tile)` with sizes `(R, T)`, `(R, 1)`,
-/// `(1, T)` or `(1, 1)` only, so each ISA instantiates just four register tiles.
+/// Bytes of activations a token block may take: a block is swept by every weight row of the
+/// range, so it should stay in the core's L2 (1–2 MiB on current x86/ARM cores) next to the
+/// weight rows streaming through.
+const TOKEN_BLOCK_BYTES: usize = 192 * 1024;
+
+/// Tokens per block for rows of `k` f32 activations: a multiple of `t_tile`, at least one tile.
+fn token_block(k: usize, t_tile: usize) -> usize {
+    let fit = TOKEN_BLOCK_BYTES / (k * core::mem::size_of::<f32>()).max(1);
+    (fit / t_tile).max(1) * t_tile
+}
+
+/// Walks the `[n_tokens] × rows` output in register tiles of `R` rows × `T` tokens. Tokens go
+/// in cache-sized blocks (outer loop) so each block of activations is read from L2 by every
+/// weight row rather than from memory; within a block: full tiles first, then the leftover
+/// tokens of each row block one at a time, then the leftover rows. `tile(row,
+/// n_rows_in_tile, token, n_tokens_in_tile)` with sizes `(R, T)`, `(R, 1)`, `(1, T)` or
+/// `(1, 1)` only, so each ISA instantiates just four register tiles. The visiting order does
+/// not change any output: each is one independent dot product.
 #[cfg_attr(
     not(any(
         target_arch = "aarch64",
@@ -58,26 +72,31 @@ pub(crate) unsafe fn matmul_on(
 pub(crate) fn for_each_tile(
     rows: Range<usize>,
     n_tokens: usize,
+    k: usize,
     r_tile: usize,
     t_tile: usize,
     mut tile: impl FnMut(usize, usize, usize, usize),
 ) {
     let full_rows = rows.start + rows.len() / r_tile * r_tile;
-    let full_tokens = n_tokens / t_tile * t_tile;
-    for r in (rows.start..full_rows).step_by(r_tile) {
-        for t in (0..full_tokens).step_by(t_tile) {
-            tile(r, r_tile, t, t_tile);
+    let block = token_block(k, t_tile);
+    for block_start in (0..n_tokens).step_by(block) {
+        let block_end = (block_start + block).min(n_tokens);
+        let full_tokens = block_start + (block_end - block_start) / t_tile * t_tile;
+        for r in (rows.start..full_rows).step_by(r_tile) {
+            for t in (block_start..full_tokens).step_by(t_tile) {
+                tile(r, r_tile, t, t_tile);
+            }
+            for t in full_tokens..block_end {
+                tile(r, r_tile, t, 1);
+            }
         }
-        for t in full_tokens..n_tokens {
-            tile(r, r_tile, t, 1);
-        }
-    }
-    for r in full_rows..rows.end {
-        for t in (0..full_tokens).step_by(t_tile) {
-            tile(r, 1, t, t_tile);
-        }
-        for t in full_tokens..n_tokens {
-            tile(r, 1, t, 1);
+        for r in full_rows..rows.end {
+            for t in (block_start..full_tokens).step_by(t_tile) {
+                tile(r, 1, t, t_tile);
+            }
+            for t in full_tokens..block_end {
+                tile(r, 1, t, 1);
+            }
         }
     }
 }
@@ -150,9 +169,17 @@ mod tests {
 
     #[test]
     fn tiles_cover_every_output_once() {
-        for (rows, n_tokens) in [(0..10, 7), (3..4, 1), (5..17, 12), (0..0, 3)] {
+        // k = 8_000 makes token blocks of 6 tokens (two tiles of 3): blocks and tails mix.
+        for (rows, n_tokens, k) in [
+            (0..10, 7, 8),
+            (3..4, 1, 8),
+            (5..17, 12, 8),
+            (0..0, 3, 8),
+            (0..10, 17, 8_000),
+            (2..9, 6, 8_000),
+        ] {
             let mut seen = vec![0; rows.end * n_tokens];
-            for_each_tile(rows.clone(), n_tokens, 4, 3, |r, nr, t, nt| {
+            for_each_tile(rows.clone(), n_tokens, k, 4, 3, |r, nr, t, nt| {
                 assert!((nr, nt) == (4, 3) || nr == 1 || nt == 1);
                 for i in r..r + nr {
                     for j in t..t + nt {

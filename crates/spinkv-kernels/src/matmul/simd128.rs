@@ -23,7 +23,7 @@ fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &
     let n_tokens = x.len() / k;
     let n_out = rows.len();
     let first = rows.start;
-    super::for_each_tile(rows, n_tokens, ROWS, TOKENS, |r, nr, t, nt| {
+    super::for_each_tile(rows, n_tokens, k, ROWS, TOKENS, |r, nr, t, nt| {
         // SAFETY: the tile's rows and tokens lie inside w, x and y (checked shapes).
         unsafe {
             let args = TileArgs {
