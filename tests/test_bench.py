@@ -63,6 +63,19 @@ def test_json_record(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert record["ratios"] == []
 
 
+def test_kv_phases_come_from_a_profiled_pass(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # window 0 and 8-token pages: the decode steps at depth 40 scan compressed pages and seal.
+    args = ["-p", "0", "-n", "12", "-r", "1", "-d", "40", "-o", "json"]
+    code, out, _ = bench(capsys, "-m", tiny, *args, "--kv", "fp16,turbo:window=0:page_tokens=8")
+    assert code == 0
+    fp16, turbo = json.loads(out)["rows"]
+    for phase in ("query_transform", "key_scan", "softmax", "value_scan", "value_finish"):
+        assert turbo[f"kv_{phase}_ms"] > 0, phase
+    assert turbo["kv_append_encode_ms"] > 0 and turbo["kv_page_alloc_ms"] > 0
+    # fp16 pages: scans and softmax are timed, nothing is ever encoded
+    assert fp16["kv_key_scan_ms"] > 0 and fp16["kv_append_encode_ms"] == 0.0
+
+
 def test_jsonl_one_object_per_row(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "-o", "jsonl")
     assert code == 0

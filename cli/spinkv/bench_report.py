@@ -147,6 +147,24 @@ def _phase(row: Mapping[str, Any], prefix: str) -> str:
     return "/".join(fmt_num(p, 2) for p in parts)
 
 
+KV_PHASE_SHORT = (
+    ("query_transform", "qT"),
+    ("key_scan", "K"),
+    ("softmax", "sm"),
+    ("value_scan", "V"),
+    ("value_finish", "fin"),
+    ("append_encode", "enc"),
+    ("page_alloc", "alloc"),
+)
+
+
+def _kv_phases(row: Mapping[str, Any]) -> str:
+    parts = [row.get(f"kv_{phase}_ms") for phase, _ in KV_PHASE_SHORT]
+    if all(p is None for p in parts):
+        return "-"
+    return "/".join(fmt_num(None if p is None else p * 1000.0, 0) for p in parts)
+
+
 def fmt_size(value: Any) -> str:
     return "-" if value is None else format_bytes(value)
 
@@ -181,6 +199,7 @@ def bench_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
         (f"{tg} t/s", lambda r: _pm(r, "tg_tok_s")),
         ("tg attn/mm/other ms", lambda r: _phase(r, "tg")),
         ("codec %", lambda r: fmt_num(r.get("codec_pct"))),
+        ("KV phases µs/tok", _kv_phases),
         ("peak RSS", lambda r: fmt_size(r.get("peak_rss_bytes"))),
         ("KV payload", lambda r: fmt_size(r.get("kv_payload_bytes"))),
         ("scratch", lambda r: fmt_size(r.get("scratch_bytes"))),
@@ -211,7 +230,10 @@ BENCH_NOTES = " ".join(
         "runtime's timers per decode token (attention includes the KV append); codec % =",
         "estimated append-time encoding as a share of decode time (extra attention time of",
         "the steps that sealed a page); peak RSS = the process's high-water mark during the",
-        "case; KV payload = packed K+V (+ norm) bytes at depth + n.",
+        "case; KV payload = packed K+V (+ norm) bytes at depth + n; KV phases = µs per decode",
+        "token in query transform / key scan / softmax / value scan / value finish (inverse",
+        "transform) / append encoding / page allocation, from one extra profiled pass",
+        "(attention phases are thread time summed over the pool).",
     )
 )
 

@@ -55,6 +55,16 @@ RATE_METRICS = (
     "codec_pct",
 )
 """Per-repetition figures summarised as mean, std and median (*_ms are per token)."""
+KV_PHASES = (
+    "query_transform",
+    "key_scan",
+    "softmax",
+    "value_scan",
+    "value_finish",
+    "append_encode",
+    "page_alloc",
+)
+"""The KV cache's phase timers (spinkv_kv::PhaseTimes), reported per decode token."""
 
 
 class Progress(Protocol):
@@ -354,6 +364,32 @@ def _measure_decode(
     return values
 
 
+def profile_kv_phases(
+    engine: Engine, case: Case, filled: bool, bos: int | None
+) -> dict[str, float]:
+    """One more decode pass of n_gen tokens, untimed, with the KV cache's phase timers on:
+    `kv_<phase>_ms` per token. Empty for engines without them (llama.cpp). The engine is
+    back at its mark on return."""
+    set_profiling = getattr(engine, "set_kv_profiling", None)
+    if set_profiling is None or not case.n_gen:
+        return {}
+    token = engine.greedy_next() if filled else (bos if bos is not None else 0)
+    set_profiling(True)
+    try:
+        for _ in range(case.n_gen):
+            engine.decode(token)
+            token = engine.greedy_next()
+        times = engine.kv_phase_times() or {}  # type: ignore[attr-defined]
+    finally:
+        set_profiling(False)
+        engine.restore()
+    return {
+        f"kv_{phase}_ms": float(times[f"{phase}_ms"]) / case.n_gen
+        for phase in KV_PHASES
+        if f"{phase}_ms" in times
+    }
+
+
 # ---- aggregation ----------------------------------------------------------------------------
 
 
@@ -419,6 +455,7 @@ def run_cases(
                 samples.append(measure_rep(engine, case, tokens, bos))
                 progress.advance()
             row = case_row(engine.name, case, samples)
+            row.update(profile_kv_phases(engine, case, depth > 0, bos))
             fill = depth / fill_s if depth and fill_s > 0 else None
             row["fill_tok_s"] = row["fill_tok_s_median"] = fill
             row["fill_tok_s_std"] = None
@@ -504,3 +541,9 @@ class SpinkvEngine:
 
     def cache_stats(self) -> Mapping[str, Any]:
         return self.session.cache_stats()
+
+    def set_kv_profiling(self, on: bool) -> None:
+        self.session.set_kv_profiling(on)
+
+    def kv_phase_times(self) -> Mapping[str, float] | None:
+        return self.session.kv_phase_times()

@@ -18,6 +18,7 @@ use crate::codec::SealedCodec;
 use crate::config::KvShape;
 use crate::kernels::{axpy_f32, exp_sub_sum, kv_accumulate, kv_score, max_f32, scale_f32};
 use crate::pool::PagePool;
+use crate::profile::{timed, Laps, Phase, PhaseCounters};
 use crate::table::{LayerTable, PageKind, Segment};
 
 /// Below this many multiply-adds (`queries · heads · context · head_dim`) attention runs on the
@@ -43,6 +44,7 @@ pub(crate) struct AttendJob<'a> {
     pub(crate) q: &'a [f32],
     pub(crate) start: usize,
     pub(crate) n: usize,
+    pub(crate) profile: Option<&'a PhaseCounters>,
 }
 
 /// Running softmax state of `qh` query heads, one item's slice of the call's state buffer:
@@ -185,7 +187,9 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
             total.merge(&other, d);
         }
         if let Some(codec) = job.codec {
-            codec.finish(job.layer, kv_head, total.acc_sealed);
+            timed(job.profile, Phase::ValueFinish, || {
+                codec.finish(job.layer, kv_head, total.acc_sealed)
+            });
         }
         for (qi, query) in queries.clone().enumerate() {
             for h in 0..group {
@@ -255,6 +259,7 @@ fn run_item_with(
     let n_qh = n_q * group;
     let first_pos = job.start + item.queries.start;
     let scale = 1.0 / (d as f32).sqrt();
+    let mut laps = Laps::start(job.profile);
     let mut state = Partial::init(&mut state[..Partial::len(n_qh, d)], n_qh, d);
 
     let sealed = job.codec.filter(|_| !job.table.sealed.is_empty());
@@ -276,6 +281,7 @@ fn run_item_with(
     if let Some(codec) = sealed {
         codec.prepare(job.layer, item.kv_head, queries, prepared);
     }
+    laps.lap(Phase::QueryTransform);
     let last_pos = first_pos + n_q.max(1) - 1;
 
     for index in item.segments.clone() {
@@ -297,6 +303,7 @@ fn run_item_with(
                 codec.score_page(page, item.kv_head, prepared, n_qh, visible, scores);
             }
         }
+        laps.lap(Phase::KeyScan);
         softmax_step(
             &seg,
             first_pos,
@@ -307,6 +314,7 @@ fn run_item_with(
             &mut state,
             d,
         );
+        laps.lap(Phase::Softmax);
         match seg.kind {
             PageKind::Fp16 => {
                 let page = job.fp16_pool.page(seg.page);
@@ -319,6 +327,7 @@ fn run_item_with(
                 codec.accumulate_page(page, item.kv_head, scores, n_qh, visible, state.acc_sealed);
             }
         }
+        laps.lap(Phase::ValueScan);
     }
     4 * needed
 }

@@ -1,5 +1,6 @@
 //! The cache manager: validates calls, moves tokens between page tables, pools and codecs.
 
+use crate::profile::{timed, Phase, PhaseCounters, PhaseTimes};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::attend::{attend, AttendJob};
@@ -39,6 +40,8 @@ pub struct KvCache {
     pub(crate) staging_keys: Vec<f32>,
     pub(crate) staging_values: Vec<f32>,
     peak_scratch: AtomicUsize,
+    /// Phase timers, when profiling is on (`set_profiling`).
+    pub(crate) profile: Option<Box<PhaseCounters>>,
 }
 
 impl std::fmt::Debug for KvCache {
@@ -70,6 +73,7 @@ impl KvCache {
             staging_keys: vec![0.0; staging],
             staging_values: vec![0.0; staging],
             peak_scratch: AtomicUsize::new(0),
+            profile: None,
             shape,
             config,
         })
@@ -81,6 +85,16 @@ impl KvCache {
 
     pub fn config(&self) -> &KvConfig {
         &self.config
+    }
+
+    /// Switches the phase timers on (from zero) or off. See [`PhaseTimes`].
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(Box::default);
+    }
+
+    /// Time per phase since profiling was switched on; `None` when it is off.
+    pub fn phase_times(&self) -> Option<PhaseTimes> {
+        self.profile.as_ref().map(|p| p.times())
     }
 
     /// Tokens committed in every layer.
@@ -183,6 +197,7 @@ impl KvCache {
             q,
             start,
             n,
+            profile: self.profile.as_deref(),
         };
         let scratch = attend(&job, out);
         self.peak_scratch.fetch_max(scratch, Ordering::Relaxed);
@@ -341,15 +356,17 @@ impl KvCache {
                 .expect("window holds a full page");
             table.window.tokens -= p;
             let bytes = self.fp16_pool.page(fp16_page);
-            f16_to_f32(self.fp16.keys_section(bytes), &mut self.staging_keys);
-            f16_to_f32(self.fp16.values_section(bytes), &mut self.staging_values);
-            codec.encode_page(
-                layer,
-                first_token,
-                &self.staging_keys,
-                &self.staging_values,
-                self.sealed_pool.page_mut(sealed),
-            );
+            timed(self.profile.as_deref(), Phase::AppendEncode, || {
+                f16_to_f32(self.fp16.keys_section(bytes), &mut self.staging_keys);
+                f16_to_f32(self.fp16.values_section(bytes), &mut self.staging_values);
+                codec.encode_page(
+                    layer,
+                    first_token,
+                    &self.staging_keys,
+                    &self.staging_values,
+                    self.sealed_pool.page_mut(sealed),
+                );
+            });
             self.release_page(PageKind::Fp16, fp16_page);
             self.layers[layer].sealed.push(sealed);
         }
@@ -430,6 +447,15 @@ impl KvCache {
 
     /// A page from one of the pools, growing it geometrically once `reserve` was called.
     pub(crate) fn alloc_page(&mut self, kind: PageKind) -> PageId {
+        let started = self.profile.as_ref().map(|_| std::time::Instant::now());
+        let page = self.alloc_page_untimed(kind);
+        if let (Some(profile), Some(started)) = (self.profile.as_deref(), started) {
+            profile.add(Phase::PageAlloc, started.elapsed().as_nanos() as u64);
+        }
+        page
+    }
+
+    fn alloc_page_untimed(&mut self, kind: PageKind) -> PageId {
         let cap = self.growth.map(|g| match kind {
             PageKind::Fp16 => g.fp16_cap,
             PageKind::Sealed => g.sealed_cap,
@@ -611,6 +637,38 @@ mod tests {
                 ..KvConfig::kivi(4)
             }),
         ]
+    }
+
+    /// Profiling times every phase a compressed cache goes through and changes no output.
+    #[test]
+    fn profiling_times_the_phases_and_changes_nothing() {
+        let config = configs().remove(0);
+        let mut rng = SplitMix64::new(3);
+        let width = SHAPE.kv_width();
+        let k = normals(&mut rng, 40 * width, 1.0);
+        let v = normals(&mut rng, 40 * width, 1.0);
+        let q = normals(&mut rng, SHAPE.q_width(), 1.0);
+        let mut outputs = Vec::new();
+        for profiling in [false, true] {
+            let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
+            cache.set_profiling(profiling);
+            for layer in 0..SHAPE.n_layers {
+                cache.append(layer, &k, &v).unwrap();
+            }
+            let mut out = vec![0.0f32; q.len()];
+            cache.attend(0, &q, 39, &mut out).unwrap();
+            outputs.push(out);
+            match cache.phase_times() {
+                None => assert!(!profiling),
+                Some(t) => {
+                    assert!(profiling);
+                    for (name, ns) in t.as_pairs() {
+                        assert!(ns > 0, "{name} was not timed: {t:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(outputs[0], outputs[1]);
     }
 
     /// Attention straight from codes equals exact attention over the decoded cache: the codes

@@ -19,6 +19,7 @@ mod lifecycle;
 mod pack;
 pub mod page;
 mod pool;
+mod profile;
 mod rng;
 pub mod snapshot;
 mod stats;
@@ -37,5 +38,6 @@ pub use config::{
 pub use error::KvError;
 pub use identity::{CacheIdentity, Digest, IdentityInputs, CACHE_FORMAT_VERSION};
 pub use page::PageError;
+pub use profile::PhaseTimes;
 pub use snapshot::SnapshotError;
 pub use stats::{CacheStats, LayerStats};

@@ -1,7 +1,7 @@
 //! Prefill `depth` tokens, then time greedy decode steps.
 //!
 //! cargo run --release -p spinkv-model --example decode_bench -- MODEL_DIR [depth=512] [steps=64] [runs=3] [threads=0]
-//! Set SPINKV_ISA=scalar|avx2 to compare kernels.
+//! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=fp16|turbo|... for the cache.
 
 use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
 use std::path::PathBuf;
@@ -19,6 +19,14 @@ fn main() {
     };
     let (depth, steps, runs) = (arg(&args, 2, 512), arg(&args, 3, 64), arg(&args, 4, 3));
     set_threads(arg(&args, 5, 0));
+    let preset = std::env::var("SPINKV_KV").unwrap_or_else(|_| "fp16".into());
+    let kv = match KvConfig::preset(&preset) {
+        Ok(kv) => kv,
+        Err(e) => {
+            eprintln!("error: SPINKV_KV: {e}");
+            std::process::exit(2);
+        }
+    };
     let loaded = Instant::now();
     let model = match Model::load(&PathBuf::from(dir)) {
         Ok(m) => m,
@@ -43,7 +51,7 @@ fn main() {
     let mut decode_rates = Vec::new();
     let mut prefill_rates = Vec::new();
     for run in 0..runs {
-        let mut session = Session::new(model.clone(), KvConfig::default()).expect("session");
+        let mut session = Session::new(model.clone(), kv.clone()).expect("session");
         let started = Instant::now();
         session.prefill(&prompt, false).expect("prefill");
         let prefill_s = started.elapsed().as_secs_f64();

@@ -231,6 +231,16 @@ impl Session {
         self.cache.stats()
     }
 
+    /// Switches the KV cache's phase timers on (from zero) or off (see `spinkv_kv::PhaseTimes`).
+    pub fn set_kv_profiling(&mut self, on: bool) {
+        self.cache.set_profiling(on);
+    }
+
+    /// KV phase times since profiling was switched on; `None` when it is off.
+    pub fn kv_phase_times(&self) -> Option<spinkv_kv::PhaseTimes> {
+        self.cache.phase_times()
+    }
+
     fn rollback(&mut self, len: usize) {
         let (retired, gap) = (self.cache.retired(), self.cache.gap());
         let (keep, index) = if retired == 0 || len <= gap {

@@ -112,6 +112,26 @@ impl PySession {
         self.inner.reset_timings();
     }
 
+    /// Switches the KV cache's phase timers on (from zero) or off. Profiling reads the clock
+    /// around every page's key scan, softmax and value scan: use it for a breakdown, not for
+    /// a speed figure.
+    fn set_kv_profiling(&mut self, on: bool) {
+        self.inner.set_kv_profiling(on);
+    }
+
+    /// `{phase}_ms` since profiling was switched on (attention phases are thread time summed
+    /// over the pool), or None when it is off.
+    fn kv_phase_times<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(times) = self.inner.kv_phase_times() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        for (name, ns) in times.as_pairs() {
+            d.set_item(name.replace("_ns", "_ms"), ns as f64 / 1e6)?;
+        }
+        Ok(Some(d))
+    }
+
     /// KV cache accounting from the pages actually allocated: per layer and total.
     fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.inner.cache_stats())
