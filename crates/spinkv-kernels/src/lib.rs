@@ -23,6 +23,7 @@ pub mod kv_accumulate;
 pub mod kv_score;
 pub mod matmul;
 pub mod matvec;
+pub mod prefetch;
 pub mod quantize;
 pub mod rmsnorm;
 pub mod rope;

@@ -16,7 +16,9 @@ use rayon::prelude::*;
 use crate::codec::fp16::Fp16Layout;
 use crate::codec::SealedCodec;
 use crate::config::KvShape;
-use crate::kernels::{axpy_f32, exp_sub_sum, kv_accumulate, kv_score, max_f32, scale_f32};
+use crate::kernels::{
+    axpy_f32, exp_sub_sum, kv_accumulate, kv_score, max_f32, prefetch_read, scale_f32,
+};
 use crate::pool::PagePool;
 use crate::profile::{timed, Laps, Phase, PhaseCounters};
 use crate::table::{LayerTable, PageKind, Segment};
@@ -291,6 +293,13 @@ fn run_item_with(
         }
         // Tokens of this page any query of the item may see.
         let visible = seg.count.min(last_pos - seg.first + 1);
+        // Two pages ahead: one page's scan is shorter than a DRAM round trip under load.
+        if index == item.segments.start && index + 1 < item.segments.end {
+            prefetch_segment(job, item.kv_head, index + 1);
+        }
+        if index + 2 < item.segments.end {
+            prefetch_segment(job, item.kv_head, index + 2);
+        }
         match seg.kind {
             PageKind::Fp16 => {
                 let page = job.fp16_pool.page(seg.page);
@@ -330,6 +339,24 @@ fn run_item_with(
         laps.lap(Phase::ValueScan);
     }
     4 * needed
+}
+
+/// Starts loading what the scan of segment `index` will read for `kv_head`.
+fn prefetch_segment(job: &AttendJob<'_>, kv_head: usize, index: usize) {
+    let seg = job.table.segment(index, job.page_tokens);
+    match seg.kind {
+        PageKind::Fp16 => {
+            let page = job.fp16_pool.page(seg.page);
+            let (keys, values) = (job.fp16.keys(page, kv_head), job.fp16.values(page, kv_head));
+            prefetch_read(bytemuck::cast_slice(keys));
+            prefetch_read(bytemuck::cast_slice(values));
+        }
+        PageKind::Sealed => {
+            if let Some(codec) = job.codec {
+                codec.prefetch(job.sealed_pool.page(seg.page), kv_head);
+            }
+        }
+    }
 }
 
 /// Folds one page's raw scores into the running state and turns them into the weights of the

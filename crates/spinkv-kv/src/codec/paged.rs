@@ -5,6 +5,7 @@
 use super::{PageAccounting, SealedCodec};
 use crate::codebook::CODEBOOK_VERSION;
 use crate::config::{KvCodecKind, NormFormat};
+use crate::kernels::prefetch_read;
 use crate::page::{
     align16, write_header, PageHeader, FLAG_SEALED, HEADER_BYTES, PAGE_FORMAT_VERSION, PAGE_MAGIC,
 };
@@ -295,6 +296,20 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
         let (side, codes) = self.value_blocks(page, kv_head);
         self.values
             .accumulate(side, codes, weights, self.page_tokens, n_qh, visible, acc);
+    }
+
+    fn prefetch(&self, page: &[u8], kv_head: usize) {
+        let keys = self.key_block(page, kv_head);
+        let (value_side, value_codes) = self.value_blocks(page, kv_head);
+        for section in [
+            keys.side,
+            keys.codes,
+            keys.residual,
+            value_side,
+            value_codes,
+        ] {
+            prefetch_read(section);
+        }
     }
 
     fn finish(&self, layer: usize, kv_head: usize, acc: &mut [f32]) {
