@@ -38,3 +38,41 @@ def test_cross_isa_kernels_match_scalar(isa: str) -> None:
     else:
         assert "wasm parity: all checks match" in output, output[-4000:]
         assert "ok   simd128 kv_score" in output
+
+
+@pytest.mark.skipif(os.environ.get("SPINKV_SKIP_CROSS") == "1", reason="SPINKV_SKIP_CROSS=1")
+def test_kernel_bench_reports_simd128_from_node(
+    tiny_model_dir: Path, native: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from spinkv.commands.app import run_cli
+
+    args = ["bench", "-m", str(tiny_model_dir), "--kernels", "--isa", "simd128"]
+    code = run_cli([*args, "-d", "40", "-n", "8", "-r", "1", "--kv", "turbo", "-o", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    record = json.loads(out)
+    cross = record["cross_rows"]
+    scans = [r for r in cross if r["isa"] == "simd128" and "key scan turbo" in r["case"]]
+    assert scans and scans[0]["gb_s"] > 0 and scans[0]["runtime"].startswith("node")
+    assert any(r["isa"] == "scalar" for r in cross)  # the same build's reference
+    assert not any("simd128: not measured" in note for note in record["notes"])
+
+
+def test_cross_bench_lines_parse() -> None:
+    from spinkv.bench_cross import parse_bench_lines
+
+    text = """neon matvec f16 49152x576                 12.04 ms     4.7 GB/s
+neon key scan turbo K3.5 (8192 tok, 3 qh)   0.33 GB/s   87.80 ns/token
+neon encode turbo key (1 token, d 64)     443.9 ns/token
+test result: ok. 3 passed"""
+    rows = parse_bench_lines(text, "neon")
+    assert [r["case"] for r in rows] == [
+        "matvec f16 49152x576",
+        "key scan turbo K3.5 (8192 tok, 3 qh)",
+        "encode turbo key (1 token, d 64)",
+    ]
+    assert rows[0]["ms"] == 12.04 and rows[0]["gb_s"] == 4.7
+    assert rows[1]["ns_per_token"] == 87.8 and rows[2]["ns_per_token"] == 443.9
+    assert all(r["emulated"] and "qemu" in r["runtime"] for r in rows)

@@ -221,6 +221,16 @@ RATIO_COLUMNS: list[Column] = [
     ),
 ]
 
+CROSS_COLUMNS: list[Column] = [
+    ("isa", lambda r: str(r["isa"])),
+    ("runtime", lambda r: str(r["runtime"])),
+    ("kernel case", lambda r: str(r["case"])),
+    ("GB/s", lambda r: fmt_num(r.get("gb_s"), 2)),
+    ("ns/token", lambda r: fmt_num(r.get("ns_per_token"), 1)),
+    ("ms", lambda r: fmt_num(r.get("ms"), 2)),
+]
+CROSS_TITLE = "kernels built for other ISAs (run-cross-tests.sh --bench)"
+
 BENCH_NOTES = " ".join(
     (
         "t/s: tokens per second, mean ± sample std over the repetitions (medians, the all-n",
@@ -248,6 +258,8 @@ def rich_tables(record: Mapping[str, Any], columns: Sequence[Column] | None) -> 
         tables.append(
             _rich_table(record["ratios"], RATIO_COLUMNS, "ours / llama.cpp (ratios of medians)")
         )
+    if record.get("cross_rows"):
+        tables.append(_rich_table(record["cross_rows"], CROSS_COLUMNS, CROSS_TITLE))
     return tables
 
 
@@ -275,6 +287,8 @@ def markdown(record: Mapping[str, Any], columns: Sequence[Column] | None) -> str
             "",
             *_md_table(record["ratios"], RATIO_COLUMNS),
         ]
+    if record.get("cross_rows"):
+        out += ["", f"{CROSS_TITLE}:", "", *_md_table(record["cross_rows"], CROSS_COLUMNS)]
     out += ["", *(f"_{note}_" for note in record.get("notes", ()))]
     return "\n".join(out) + "\n"
 

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from spinkv import benchmark as bm
+from spinkv.bench_cross import CROSS_NOTES, run_cross_kernels
 from spinkv.bench_kernels import DEFAULT_DEPTHS, KERNEL_NOTES, NOT_MEASURED, run_kernels
 from spinkv.bench_report import BENCH_NOTES
 from spinkv.errors import InvalidInputError
@@ -143,7 +144,10 @@ def run_kernel_benchmark(
     *,
     command: str,
     depths_given: bool,
+    cross_isas: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """Kernel mode: the probe-model rows for the ISAs this process runs, plus the cross-built
+    kernel benchmark (`bench_cross`) for NEON / SIMD128 when asked for."""
     from spinkv import _native
     from spinkv.bench_report import system_info
 
@@ -159,7 +163,12 @@ def run_kernel_benchmark(
         )
     system["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     known = set(_native.cpu_features())
-    skipped = [note for isa, note in NOT_MEASURED.items() if isa not in settings.isas]
+    cross_rows = run_cross_kernels(cross_isas) if cross_isas else []
+    skipped = [
+        note
+        for isa, note in NOT_MEASURED.items()
+        if isa not in settings.isas and isa not in cross_isas
+    ]
     if "avx512" in known and "avx512" not in settings.isas:
         skipped.append("avx512: not requested (add --isa avx512 when its kernels exist)")
     return {
@@ -167,7 +176,8 @@ def run_kernel_benchmark(
         "settings": {**_settings_record(settings), "depths": list(depths), "steps": steps},
         "rows": rows,
         "ratios": [],
-        "notes": [*KERNEL_NOTES, *skipped],
+        "cross_rows": cross_rows,
+        "notes": [*KERNEL_NOTES, *(CROSS_NOTES if cross_rows else ()), *skipped],
     }
 
 

@@ -115,6 +115,12 @@ def bench_command(
         raise InvalidInputError(f"-t must be at least 1, got {threads}")
     from spinkv import bench_run
 
+    cross_isas: tuple[str, ...] = ()
+    if kernels:
+        from spinkv.bench_cross import split_cross
+
+        native_isas, cross_isas = split_cross(settings.isas)
+        settings = _with_isas(settings, native_isas)
     settings = _with_isas(settings, bench_run.check_isas(settings.isas))
     settings.validate()
     if compare_llama_cpp:
@@ -131,7 +137,7 @@ def bench_command(
         n=n_gen,
         d=depth,
         r=reps,
-        isa=",".join(settings.isas),
+        isa=",".join((*settings.isas, *cross_isas)),
         t=threads,
         kv=kv,
         kernels=kernels,
@@ -143,7 +149,12 @@ def bench_command(
             from spinkv.bench_kernels import KERNEL_COLUMNS
 
             record = bench_run.run_kernel_benchmark(
-                loaded, settings, progress, command=command, depths_given=depth is not None
+                loaded,
+                settings,
+                progress,
+                command=command,
+                depths_given=depth is not None,
+                cross_isas=cross_isas,
             )
             columns: list[Column] | None = KERNEL_COLUMNS
         else:
