@@ -333,3 +333,33 @@ def test_compare_llama_cpp_prints_ratios(
         assert ratio["greedy_tokens"] == 4 and ratio["same_greedy_tokens"] >= 1
     assert "llama-cpp-python" in record["system"]["llama_cpp"]
     assert list((spinkv_home / "llama-cpp").glob("*.f16.gguf"))
+
+
+def test_gguf_pre_tokenizer_tags() -> None:
+    from spinkv.errors import UnsupportedError
+    from spinkv.gguf_export import gguf_pre_tag
+    from spinkv.gguf_import import LLAMA3_REGEX
+
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+    assert gguf_pre_tag(byte_level) == "default"
+    digits = {"type": "Digits", "individual_digits": True}
+    assert gguf_pre_tag({"type": "Sequence", "pretokenizers": [digits, byte_level]}) == "smollm"
+    split = {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}}
+    raw = {**byte_level, "use_regex": False}
+    assert gguf_pre_tag({"type": "Sequence", "pretokenizers": [split, raw]}) == "llama-bpe"
+    with pytest.raises(UnsupportedError):
+        gguf_pre_tag({"type": "Whitespace"})
+
+
+def test_llama_cpp_tokenizes_our_export_like_we_do(
+    default_model_dir: Path, llama_cpp: ModuleType, tmp_path: Path
+) -> None:
+    from spinkv.gguf_export import cached_f16_gguf
+    from spinkv.tokenizer import load_tokenizer
+
+    text = Path("/usr/share/common-licenses/GPL-3").read_text()[:20000]
+    ours = load_tokenizer(default_model_dir).encode(text)
+    ids = list(ours.ids) if hasattr(ours, "ids") else list(ours)
+    gguf = cached_f16_gguf(default_model_dir, tmp_path)
+    vocab = llama_cpp.Llama(str(gguf), n_ctx=64, vocab_only=True, verbose=False)
+    assert vocab.tokenize(text.encode(), add_bos=False) == ids

@@ -22,7 +22,7 @@ from spinkv.errors import ModelFormatError, UnsupportedError
 from spinkv.gguf_import import permute_qk
 from spinkv.model_info import safetensors_files
 
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2  # 2: the pre-tokenizer tag follows tokenizer.json
 """Bumped when the written file changes, so cached exports are redone."""
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 _GLOBAL = {
@@ -144,7 +144,7 @@ def _add_tokenizer(writer: Any, model_dir: Path, config: Mapping[str, Any]) -> N
         raise ModelFormatError(f"tokenizer ids reach {max(by_id)} but vocab_size is {n_vocab}")
     tokens = [by_id.get(i, f"[PAD{i}]") for i in range(n_vocab)]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_pre(gguf_pre_tag(tok.get("pre_tokenizer")))
     writer.add_token_list(tokens)
     writer.add_token_types([types.get(i, TOKEN_NORMAL) for i in range(n_vocab)])
     writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in model["merges"]])
@@ -154,6 +154,30 @@ def _add_tokenizer(writer: Any, model_dir: Path, config: Mapping[str, Any]) -> N
     if eos is not None:
         writer.add_eos_token_id(eos)
     writer.add_add_bos_token(False)
+
+
+def gguf_pre_tag(pre: Any) -> str:
+    """The tokenizer.ggml.pre tag under which llama.cpp splits text as tokenizer.json's
+    pre-tokenizer does (the inverse of gguf_import's table). A wrong tag makes llama.cpp
+    tokenize text differently from us, so an unknown pre-tokenizer is an error."""
+    from spinkv.gguf_import import LLAMA3_REGEX, QWEN2_REGEX
+
+    parts = pre.get("pretokenizers", []) if isinstance(pre, dict) else []
+    kinds = [p.get("type") for p in parts] if pre and pre.get("type") == "Sequence" else []
+    if isinstance(pre, dict) and pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
+        return "default"
+    if kinds == ["Digits", "ByteLevel"] and parts[0].get("individual_digits"):
+        return "smollm"
+    if kinds == ["Split", "ByteLevel"] and not parts[1].get("use_regex", True):
+        regex = (parts[0].get("pattern") or {}).get("Regex")
+        if regex == LLAMA3_REGEX:
+            return "llama-bpe"
+        if regex == QWEN2_REGEX:
+            return "qwen2"
+    raise UnsupportedError(
+        "this tokenizer's pre-tokenizer has no llama.cpp equivalent spinkv knows; "
+        "the model cannot be exported to GGUF"
+    )
 
 
 def _first_id(value: Any) -> int | None:

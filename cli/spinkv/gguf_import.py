@@ -84,11 +84,11 @@ TOKEN_CONTROL = 3  # special tokens: <|im_start|>, <|endoftext|>, ...
 TOKEN_USER_DEFINED = 4  # added tokens matched verbatim but not special
 
 # Pre-tokenizer regexes of tokenizer.ggml.pre tags (from each model's own tokenizer.json).
-_LLAMA3_REGEX = (
+LLAMA3_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_QWEN2_REGEX = (
+QWEN2_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
@@ -382,7 +382,7 @@ def _pre_tokenizer(tag: str) -> tuple[Any, bool]:
         digits = pre_tokenizers.Digits(individual_digits=True)
         return pre_tokenizers.Sequence([digits, byte_level]), False
     if tag in _PRE_LLAMA3 or tag in _PRE_QWEN2:
-        regex = _LLAMA3_REGEX if tag in _PRE_LLAMA3 else _QWEN2_REGEX
+        regex = LLAMA3_REGEX if tag in _PRE_LLAMA3 else QWEN2_REGEX
         split = pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False)
         raw_bytes = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         return pre_tokenizers.Sequence([split, raw_bytes]), tag in _PRE_LLAMA3
