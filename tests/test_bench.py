@@ -274,6 +274,20 @@ def test_kernel_mode_rows(tiny: str, capsys: pytest.CaptureFixture[str]) -> None
     assert rows["fp16"]["attend_us"] > 0 and rows["fp16"]["scan_gb_s"] > 0
     assert rows["fp16"]["encode_ns_per_token"] is None
     assert any("simd128" in note for note in record["notes"])
+    cases = record["kernel_cases"]  # the shared kernel cases, measured in this process
+    isa = record["rows"][0]["isa"]
+    scans = [c for c in cases if c["isa"] == isa and c["case"].startswith("key scan turbo")]
+    assert scans and scans[0]["runtime"] == "native" and scans[0]["ns_per_token"] > 0
+    assert any(c["case"].startswith("matvec") and c["ms"] > 0 for c in cases)
+
+
+def test_native_kernel_bench_restores_the_isa(native: ModuleType) -> None:
+    before = native.isa()
+    lines = native.kernel_bench("scalar")
+    assert native.isa() == before
+    assert len(lines) >= 6 and all(line.startswith("scalar ") for line in lines)
+    with pytest.raises(native.InvalidInputError, match="unknown ISA"):
+        native.kernel_bench("bogus")
 
 
 # ---- llama.cpp, when installed ----------------------------------------------------------------

@@ -53,7 +53,7 @@ def test_kernel_bench_reports_simd128_from_node(
     out, err = capsys.readouterr()
     assert code == 0, err
     record = json.loads(out)
-    cross = record["cross_rows"]
+    cross = record["kernel_cases"]
     scans = [r for r in cross if r["isa"] == "simd128" and "key scan turbo" in r["case"]]
     assert scans and scans[0]["gb_s"] > 0 and scans[0]["runtime"].startswith("node")
     assert any(r["isa"] == "scalar" for r in cross)  # the same build's reference
@@ -67,7 +67,7 @@ def test_cross_bench_lines_parse() -> None:
 neon key scan turbo K3.5 (8192 tok, 3 qh)   0.33 GB/s   87.80 ns/token
 neon encode turbo key (1 token, d 64)     443.9 ns/token
 test result: ok. 3 passed"""
-    rows = parse_bench_lines(text, "neon")
+    rows = parse_bench_lines(text, "qemu-aarch64 (emulated)", emulated=True)
     assert [r["case"] for r in rows] == [
         "matvec f16 49152x576",
         "key scan turbo K3.5 (8192 tok, 3 qh)",

@@ -1,9 +1,10 @@
-"""Kernel figures for the ISAs this CPU cannot run: NEON (an aarch64 build under qemu, so
-emulated: not a speed figure) and SIMD128 (a wasm32 build timed in node).
+"""The kernel benchmark cases shared by every ISA (spinkv-kernels' `bench.rs`: matvec, key and
+value scans from fp16 and turbo codes, encoding) for `spinkv bench --kernels`.
 
-Both come from the kernel benchmark shared by every ISA (spinkv-kernels' `bench.rs`), built
-and run by crates/spinkv-kernels/run-cross-tests.sh from a source checkout of spinkv: found
-as SPINKV_SOURCE, or above the current directory, or above this package's files.
+ISAs this process runs are measured in it (`_native.kernel_bench`). NEON (an aarch64 build
+under qemu, so emulated: not a speed figure) and SIMD128 (a wasm32 build timed in node) are
+built and run by crates/spinkv-kernels/run-cross-tests.sh from a source checkout of spinkv:
+found as SPINKV_SOURCE, or above the current directory, or above this package's files.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ CROSS_ISAS = {"neon": "neon", "simd128": "wasm"}
 RUNTIMES = {"neon": "qemu-aarch64 (emulated)", "simd128": "node (wasm32+simd128)"}
 SCRIPT = Path("crates") / "spinkv-kernels" / "run-cross-tests.sh"
 TIMEOUT_S = 1800
-CROSS_NOTES = (
-    "cross-built kernels: spinkv-kernels' benchmark cases (SmolLM2-135M shapes: head dim 64, "
-    "3 query heads per KV head, turbo K3.5/V3), best of 5 trials, each ISA beside the scalar "
-    "reference of the same build; neon runs under qemu-aarch64 (emulated: compare it with "
-    "that build's scalar, not with native figures); simd128 runs in node.",
+CASE_NOTES = (
+    "kernel cases: spinkv-kernels' benchmark cases (SmolLM2-135M shapes: head dim 64, 3 query "
+    "heads per KV head, turbo K3.5/V3), best of 5 trials; native = measured in this process; "
+    "neon runs under qemu-aarch64 (emulated: compare it with that build's scalar rows, not with "
+    "native figures); simd128 runs in node.",
 )
 
 # `simd128 key scan fp16 (8192 tok, 3 qh)       2.80 GB/s   45.72 ns/token`
-_LINE = re.compile(r"^(?P<isa>scalar|neon|simd128) (?P<case>.+?)\s{2,}(?P<figures>\d.*)$")
+_LINE = re.compile(r"^(?P<isa>scalar|avx2|avx512|neon|simd128) (?P<case>.+?)\s{2,}(?P<figures>\d.*)$")
 _FIGURE = re.compile(r"(?P<value>\d+(?:\.\d+)?) (?P<unit>GB/s|ns/token|ms)")
 _UNIT_KEYS = {"GB/s": "gb_s", "ns/token": "ns_per_token", "ms": "ms"}
 
@@ -69,9 +70,9 @@ def source_checkout() -> Path | None:
     return None
 
 
-def parse_bench_lines(text: str, isa: str) -> list[dict[str, Any]]:
-    """Rows of `isa` from the kernel benchmark's output (the scalar reference rows that the
-    same build prints are kept too, marked with their runtime)."""
+def parse_bench_lines(text: str, runtime: str, emulated: bool = False) -> list[dict[str, Any]]:
+    """One row per case line of the kernel benchmark's output (a cross build also prints its
+    own scalar reference: those rows are kept, with the same runtime)."""
     rows = []
     for line in text.splitlines():
         match = _LINE.match(line.strip())
@@ -80,8 +81,8 @@ def parse_bench_lines(text: str, isa: str) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "isa": match["isa"],
             "case": match["case"].strip(),
-            "runtime": RUNTIMES[isa],
-            "emulated": isa == "neon",
+            "runtime": runtime,
+            "emulated": emulated,
         }
         for figure in _FIGURE.finditer(match["figures"]):
             row[_UNIT_KEYS[figure["unit"]]] = float(figure["value"])
@@ -109,5 +110,15 @@ def run_cross_kernels(isas: Sequence[str]) -> list[dict[str, Any]]:
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise InvalidInputError(f"{isa} kernel benchmark failed: {last}")
-        rows += parse_bench_lines(done.stdout + done.stderr, isa)
+        rows += parse_bench_lines(done.stdout + done.stderr, RUNTIMES[isa], isa == "neon")
+    return rows
+
+
+def native_kernel_cases(isas: Sequence[str]) -> list[dict[str, Any]]:
+    """The same cases measured in this process, for each of isas (runnable here)."""
+    from spinkv import _native
+
+    rows: list[dict[str, Any]] = []
+    for isa in isas:
+        rows += parse_bench_lines("\n".join(_native.kernel_bench(isa)), "native")
     return rows

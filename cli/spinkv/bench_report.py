@@ -221,7 +221,7 @@ RATIO_COLUMNS: list[Column] = [
     ),
 ]
 
-CROSS_COLUMNS: list[Column] = [
+CASE_COLUMNS: list[Column] = [
     ("isa", lambda r: str(r["isa"])),
     ("runtime", lambda r: str(r["runtime"])),
     ("kernel case", lambda r: str(r["case"])),
@@ -229,7 +229,7 @@ CROSS_COLUMNS: list[Column] = [
     ("ns/token", lambda r: fmt_num(r.get("ns_per_token"), 1)),
     ("ms", lambda r: fmt_num(r.get("ms"), 2)),
 ]
-CROSS_TITLE = "kernels built for other ISAs (run-cross-tests.sh --bench)"
+CASE_TITLE = "kernel cases per ISA (spinkv-kernels bench.rs)"
 
 BENCH_NOTES = " ".join(
     (
@@ -258,8 +258,8 @@ def rich_tables(record: Mapping[str, Any], columns: Sequence[Column] | None) -> 
         tables.append(
             _rich_table(record["ratios"], RATIO_COLUMNS, "ours / llama.cpp (ratios of medians)")
         )
-    if record.get("cross_rows"):
-        tables.append(_rich_table(record["cross_rows"], CROSS_COLUMNS, CROSS_TITLE))
+    if record.get("kernel_cases"):
+        tables.append(_rich_table(record["kernel_cases"], CASE_COLUMNS, CASE_TITLE))
     return tables
 
 
@@ -287,8 +287,8 @@ def markdown(record: Mapping[str, Any], columns: Sequence[Column] | None) -> str
             "",
             *_md_table(record["ratios"], RATIO_COLUMNS),
         ]
-    if record.get("cross_rows"):
-        out += ["", f"{CROSS_TITLE}:", "", *_md_table(record["cross_rows"], CROSS_COLUMNS)]
+    if record.get("kernel_cases"):
+        out += ["", f"{CASE_TITLE}:", "", *_md_table(record["kernel_cases"], CASE_COLUMNS)]
     out += ["", *(f"_{note}_" for note in record.get("notes", ()))]
     return "\n".join(out) + "\n"
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from spinkv import benchmark as bm
-from spinkv.bench_cross import CROSS_NOTES, run_cross_kernels
+from spinkv.bench_cross import CASE_NOTES, native_kernel_cases, run_cross_kernels
 from spinkv.bench_kernels import DEFAULT_DEPTHS, KERNEL_NOTES, NOT_MEASURED, run_kernels
 from spinkv.bench_report import BENCH_NOTES
 from spinkv.errors import InvalidInputError
@@ -163,7 +163,8 @@ def run_kernel_benchmark(
         )
     system["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     known = set(_native.cpu_features())
-    cross_rows = run_cross_kernels(cross_isas) if cross_isas else []
+    cases = native_kernel_cases(settings.isas)
+    cases += run_cross_kernels(cross_isas) if cross_isas else []
     skipped = [
         note
         for isa, note in NOT_MEASURED.items()
@@ -176,8 +177,8 @@ def run_kernel_benchmark(
         "settings": {**_settings_record(settings), "depths": list(depths), "steps": steps},
         "rows": rows,
         "ratios": [],
-        "cross_rows": cross_rows,
-        "notes": [*KERNEL_NOTES, *(CROSS_NOTES if cross_rows else ()), *skipped],
+        "kernel_cases": cases,
+        "notes": [*KERNEL_NOTES, *CASE_NOTES, *skipped],
     }
 
 

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use spinkv_kernels::Isa;
 
-use crate::errors::invalid_input;
+use crate::errors::{guarded, invalid_input};
 
 /// The instruction set the kernels use now ("scalar", "avx2", ...).
 #[pyfunction]
@@ -29,6 +29,23 @@ fn set_isa(name: &str) -> PyResult<()> {
         .map_err(|e| invalid_input(e.to_string()))
 }
 
+/// The kernel benchmark cases (spinkv_kernels::bench: matvec, key/value scans from fp16 and
+/// turbo codes, encoding) on one ISA, one line per case; the ISA in use is restored after.
+#[pyfunction]
+fn kernel_bench(py: Python<'_>, name: &str) -> PyResult<Vec<String>> {
+    let before = spinkv_kernels::active_isa();
+    let isa = spinkv_kernels::select_isa(name).map_err(|e| invalid_input(e.to_string()))?;
+    let lines = py.detach(|| {
+        guarded(|| {
+            let origin = std::time::Instant::now();
+            let now = move || origin.elapsed().as_secs_f64() * 1e3;
+            Ok(spinkv_kernels::bench::run(isa, &now))
+        })
+    });
+    spinkv_kernels::set_isa(before).map_err(|e| invalid_input(e.to_string()))?;
+    lines
+}
+
 #[pyfunction]
 fn set_threads(n: i64) -> PyResult<()> {
     if n < 1 {
@@ -47,6 +64,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(isa, m)?)?;
     m.add_function(wrap_pyfunction!(cpu_features, m)?)?;
     m.add_function(wrap_pyfunction!(set_isa, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel_bench, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
     m.add_function(wrap_pyfunction!(threads, m)?)?;
     Ok(())
