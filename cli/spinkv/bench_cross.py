@@ -31,7 +31,9 @@ CASE_NOTES = (
 )
 
 # `simd128 key scan fp16 (8192 tok, 3 qh)       2.80 GB/s   45.72 ns/token`
-_LINE = re.compile(r"^(?P<isa>scalar|avx2|avx512|neon|simd128) (?P<case>.+?)\s{2,}(?P<figures>\d.*)$")
+_LINE = re.compile(
+    r"^(?P<isa>scalar|avx2|avx512|neon|simd128) (?P<case>.+?)\s{2,}(?P<figures>\d.*)$"
+)
 _FIGURE = re.compile(r"(?P<value>\d+(?:\.\d+)?) (?P<unit>GB/s|ns/token|ms)")
 _UNIT_KEYS = {"GB/s": "gb_s", "ns/token": "ns_per_token", "ms": "ms"}
 
