@@ -1,6 +1,8 @@
 //! AVX-512 batched matmul: register tiles of 4 weight rows × 6 tokens (24 accumulators + 4
 //! widened weight vectors + 1 activation vector of the 32 zmm registers), vectorised along k,
 //! masked tail; each output is the canonical 16-lane dot product (see `crate::canon`).
+//! f16/bf16 row blocks are widened to f32 once per token block into an L1-sized buffer, so the
+//! inner loop is loads and FMAs only (widening is exact: the outputs do not change).
 
 use crate::simd::avx512::{reduce16, tail_mask, Lanes};
 use crate::WeightRef;
@@ -30,14 +32,40 @@ unsafe fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize
     let n_tokens = x.len() / k;
     let n_out = rows.len();
     let first = rows.start;
+    // The ROWS-row block last widened into `wide` (f32 weights need no copy).
+    let mut wide = if L::IS_F32 {
+        Vec::new()
+    } else {
+        vec![0.0f32; ROWS * k]
+    };
+    let mut wide_rows = usize::MAX;
     super::for_each_tile(rows, n_tokens, k, ROWS, TOKENS, |r, nr, t, nt| {
-        // SAFETY: the tile's rows and tokens lie inside w, x and y (checked shapes), and the
-        // CPU has the target features of this function.
+        // SAFETY: the tile's rows and tokens lie inside w, x and y (checked shapes), `wide`
+        // holds ROWS rows of k, and the CPU has the target features of this function.
         unsafe {
+            let y = y.as_mut_ptr().add(t * n_out + (r - first));
+            let x = x.as_ptr().add(t * k);
+            if nr == ROWS && !wide.is_empty() {
+                if wide_rows != r {
+                    widen_rows(w.as_ptr().add(r * k), ROWS * k, wide.as_mut_ptr());
+                    wide_rows = r;
+                }
+                let args = TileArgs {
+                    w: wide.as_ptr(),
+                    x,
+                    y,
+                    k,
+                    y_stride: n_out,
+                };
+                return match nt {
+                    TOKENS => tile::<f32, ROWS, TOKENS>(args),
+                    _ => tile::<f32, ROWS, 1>(args),
+                };
+            }
             let args = TileArgs {
                 w: w.as_ptr().add(r * k),
-                x: x.as_ptr().add(t * k),
-                y: y.as_mut_ptr().add(t * n_out + (r - first)),
+                x,
+                y,
                 k,
                 y_stride: n_out,
             };
@@ -49,6 +77,22 @@ unsafe fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize
             }
         }
     });
+}
+
+/// `dst[..n]` = `src[..n]` widened to f32.
+///
+/// # Safety
+/// AVX-512; `src` readable and `dst` writable for `n` elements.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn widen_rows<L: Lanes>(src: *const L, n: usize, dst: *mut f32) {
+    let mut i = 0;
+    while i < n {
+        let m = tail_mask((n - i).min(16));
+        // SAFETY: the mask keeps both accesses below n.
+        unsafe { _mm512_mask_storeu_ps(dst.add(i), m, L::load16_masked(src.add(i), m)) };
+        i += 16;
+    }
 }
 
 struct TileArgs<L> {

@@ -20,6 +20,8 @@ pub(crate) fn hmax(v: __m512) -> f32 {
 
 /// A storage dtype that 16 lanes at a time widen to f32.
 pub(crate) trait Lanes: Copy {
+    /// Whether the elements already are f32 (nothing to widen).
+    const IS_F32: bool = false;
     /// # Safety
     /// `ptr` valid for reading 16 elements; AVX-512 F/BW/VL present.
     unsafe fn load16(ptr: *const Self) -> __m512;
@@ -30,6 +32,7 @@ pub(crate) trait Lanes: Copy {
 }
 
 impl Lanes for f32 {
+    const IS_F32: bool = true;
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     unsafe fn load16(ptr: *const f32) -> __m512 {
