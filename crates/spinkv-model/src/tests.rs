@@ -14,7 +14,7 @@ const HEADS: usize = 4;
 const KV_HEADS: usize = 2;
 const HEAD_DIM: usize = 8;
 const VOCAB: usize = 61;
-const MAX_POS: usize = 256;
+const MAX_POS: usize = 512;
 
 /// A temp dir removed on drop.
 pub(crate) struct TempDir(PathBuf);
