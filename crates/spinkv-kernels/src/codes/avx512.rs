@@ -25,7 +25,8 @@ struct SegmentPlan {
     ctrl: __m512i,
     shift: __m512i,
     mask: __m512i,
-    /// Levels 0..16 and 16..32 (zero past the table's end).
+    /// Entries 0..16 and 16..32 of the lookup table: for widths up to 5 the `2^width` levels
+    /// repeated, so an index's bits above the width select the same level (no masking needed).
     t0: __m512,
     t1: __m512,
     table: *const f32,
@@ -74,16 +75,31 @@ impl RowDecoder {
         let (ctrl, shift) = &WINDOWS_32[seg.width as usize];
         let (table, len) = (self.tables[i], self.table_lens[i]);
         let (n0, n1) = (len.min(16), len.clamp(16, 32) - 16);
+        let mask = _mm512_set1_epi32((1i32 << seg.width) - 1);
         // SAFETY: the window tables are 64 bytes long; the masked loads stay inside the level
         // table (`len` entries), which the caller keeps alive.
         unsafe {
+            let (mut t0, mut t1) = (
+                _mm512_maskz_loadu_ps(tail_mask(n0), table),
+                _mm512_maskz_loadu_ps(tail_mask(n1), table.wrapping_add(16)),
+            );
+            if seg.width <= 5 {
+                // `len >= 2^width` (checked levels): repeat the first 2^width entries.
+                let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+                let low = _mm512_and_si512(iota, mask);
+                let high = _mm512_and_si512(_mm512_add_epi32(iota, _mm512_set1_epi32(16)), mask);
+                (t0, t1) = (
+                    _mm512_permutex2var_ps(t0, low, t1),
+                    _mm512_permutex2var_ps(t0, high, t1),
+                );
+            }
             SegmentPlan {
                 width: seg.width,
                 ctrl: _mm512_loadu_si512(ctrl.as_ptr() as *const __m512i),
                 shift: _mm512_loadu_si512(shift.as_ptr() as *const __m512i),
-                mask: _mm512_set1_epi32((1i32 << seg.width) - 1),
-                t0: _mm512_maskz_loadu_ps(tail_mask(n0), table),
-                t1: _mm512_maskz_loadu_ps(tail_mask(n1), table.wrapping_add(16)),
+                mask,
+                t0,
+                t1,
                 table,
             }
         }
@@ -97,22 +113,40 @@ impl RowDecoder {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     unsafe fn codes16(plan: &SegmentPlan, src: *const u8, n: usize) -> __m512i {
+        // SAFETY: as `shifted16`.
+        _mm512_and_si512(unsafe { Self::shifted16(plan, src, n) }, plan.mask)
+    }
+
+    /// As `codes16`, but each lane's bits above the code's width are left as they come (bits
+    /// of the next codes).
+    ///
+    /// # Safety
+    /// AVX-512; the group's bytes are readable.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn shifted16(plan: &SegmentPlan, src: *const u8, n: usize) -> __m512i {
         // SAFETY: the mask covers exactly the group's bytes.
         let raw = unsafe {
             _mm_maskz_loadu_epi8(tail_mask(group_bytes(n, plan.width)), src as *const i8)
         };
         let windows = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), plan.ctrl);
-        _mm512_and_si512(_mm512_srlv_epi32(windows, plan.shift), plan.mask)
+        _mm512_srlv_epi32(windows, plan.shift)
     }
 
-    /// Levels of 16 codes.
+    /// Levels of the 16 codes whose bits start each lane of `shifted` (`shifted16`).
+    ///
+    /// # Safety
+    /// AVX-512; the level tables are alive.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    fn lookup(plan: &SegmentPlan, idx: __m512i) -> __m512 {
+    unsafe fn lookup(plan: &SegmentPlan, shifted: __m512i) -> __m512 {
         if plan.width <= 5 {
-            // One 32-entry lookup covers every width up to 5 (codes index their table).
-            _mm512_permutex2var_ps(plan.t0, idx, plan.t1)
+            // One 32-entry lookup of the repeated levels covers every width up to 5: it reads
+            // the low 5 bits of each lane, and the repetition makes the bits above the width
+            // irrelevant.
+            _mm512_permutex2var_ps(plan.t0, shifted, plan.t1)
         } else {
+            let idx = _mm512_and_si512(shifted, plan.mask);
             // SAFETY: codes are below 2^width and the table holds 2^width levels.
             unsafe { _mm512_i32gather_ps::<4>(idx, plan.table) }
         }
@@ -155,12 +189,12 @@ impl RowDecoder {
                     let src = bytes.as_ptr().add(at + t * row_bytes + seg.byte);
                     let out = dst.add(t * stride + seg.first);
                     for g in 0..full {
-                        let v = Self::lookup(&plan, Self::codes16(&plan, src.add(g * step), 16));
+                        let v = Self::lookup(&plan, Self::shifted16(&plan, src.add(g * step), 16));
                         _mm512_storeu_ps(out.add(16 * g), v);
                     }
                     if rem > 0 {
-                        let v =
-                            Self::lookup(&plan, Self::codes16(&plan, src.add(full * step), rem));
+                        let shifted = Self::shifted16(&plan, src.add(full * step), rem);
+                        let v = Self::lookup(&plan, shifted);
                         _mm512_mask_storeu_ps(out.add(16 * full), tail_mask(rem), v);
                     }
                 }

@@ -41,8 +41,14 @@ impl Source for F16Source<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     unsafe fn load(&self, j: usize, group: &Group) -> __m512 {
         let src = self.rows[j * self.d + group.first..][..group.n].as_ptr();
-        // SAFETY: the mask covers the group's lanes, inside the row.
-        unsafe { f16::load16_masked(src, tail_mask(group.n)) }
+        // SAFETY: the mask (or a whole group of 16) covers the group's lanes, inside the row.
+        unsafe {
+            if group.n == 16 {
+                f16::load16(src)
+            } else {
+                f16::load16_masked(src, tail_mask(group.n))
+            }
+        }
     }
 }
 
@@ -56,9 +62,15 @@ impl Source for F32Source {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     unsafe fn load(&self, j: usize, group: &Group) -> __m512 {
-        // SAFETY: row j of the block holds d floats; the mask covers the group's lanes.
+        // SAFETY: row j of the block holds d floats; the mask (or a whole group of 16) covers
+        // the group's lanes.
         unsafe {
-            _mm512_maskz_loadu_ps(tail_mask(group.n), self.rows.add(j * self.d + group.first))
+            let src = self.rows.add(j * self.d + group.first);
+            if group.n == 16 {
+                _mm512_loadu_ps(src)
+            } else {
+                _mm512_maskz_loadu_ps(tail_mask(group.n), src)
+            }
         }
     }
 }

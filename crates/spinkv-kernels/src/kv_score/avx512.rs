@@ -148,9 +148,21 @@ unsafe fn score_blocks(
         };
         for (qh, q) in queries.chunks_exact(d).enumerate() {
             let mut acc = [zero; BLOCK];
+            let full = d / 16 * 16;
             let mut c = 0;
-            while c < d {
-                let m = tail_mask((d - c).min(16));
+            // Whole groups of 16 with plain loads, which fold into the FMAs.
+            while c < full {
+                // SAFETY: c + 16 <= d: inside the query and every buffer row.
+                unsafe {
+                    let qv = _mm512_loadu_ps(q.as_ptr().add(c));
+                    for (t, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_fmadd_ps(_mm512_loadu_ps(buf.add(t * d + c)), qv, *acc);
+                    }
+                }
+                c += 16;
+            }
+            if c < d {
+                let m = tail_mask(d - c);
                 // SAFETY: masked lanes stay below d in the query and in every buffer row.
                 unsafe {
                     let qv = _mm512_maskz_loadu_ps(m, q.as_ptr().add(c));
@@ -159,7 +171,6 @@ unsafe fn score_blocks(
                             _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, buf.add(t * d + c)), qv, *acc);
                     }
                 }
-                c += 16;
             }
             let s = _mm512_mul_ps(transpose_sum(&acc), row_scales);
             // SAFETY: scores holds [n_qh][stride] with j0 + nb <= rows <= stride.
