@@ -372,8 +372,7 @@ def test_llama_cpp_tokenizes_our_export_like_we_do(
     from spinkv.tokenizer import load_tokenizer
 
     text = Path("/usr/share/common-licenses/GPL-3").read_text()[:20000]
-    ours = load_tokenizer(default_model_dir).encode(text)
-    ids = list(ours.ids) if hasattr(ours, "ids") else list(ours)
+    ids = load_tokenizer(default_model_dir).encode(text)
     gguf = cached_f16_gguf(default_model_dir, tmp_path)
     vocab = llama_cpp.Llama(str(gguf), n_ctx=64, vocab_only=True, verbose=False)
     assert vocab.tokenize(text.encode(), add_bos=False) == ids

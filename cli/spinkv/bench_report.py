@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from spinkv.benchmark import KV_PHASES
 from spinkv.commands.render import format_bytes
 
 FORMATS = ("table", "md", "csv", "json", "jsonl")
@@ -147,19 +148,8 @@ def _phase(row: Mapping[str, Any], prefix: str) -> str:
     return "/".join(fmt_num(p, 2) for p in parts)
 
 
-KV_PHASE_SHORT = (
-    ("query_transform", "qT"),
-    ("key_scan", "K"),
-    ("softmax", "sm"),
-    ("value_scan", "V"),
-    ("value_finish", "fin"),
-    ("append_encode", "enc"),
-    ("page_alloc", "alloc"),
-)
-
-
 def _kv_phases(row: Mapping[str, Any]) -> str:
-    parts = [row.get(f"kv_{phase}_ms") for phase, _ in KV_PHASE_SHORT]
+    parts = [row.get(f"kv_{phase}_ms") for phase in KV_PHASES]
     if all(p is None for p in parts):
         return "-"
     return "/".join(fmt_num(None if p is None else p * 1000.0, 0) for p in parts)

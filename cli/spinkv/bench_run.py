@@ -171,7 +171,7 @@ def run_kernel_benchmark(
         if isa not in settings.isas and isa not in cross_isas
     ]
     if "avx512" in known and "avx512" not in settings.isas:
-        skipped.append("avx512: not requested (add --isa avx512 when its kernels exist)")
+        skipped.append("avx512: not requested (add --isa avx512)")
     return {
         "system": system,
         "settings": {**_settings_record(settings), "depths": list(depths), "steps": steps},

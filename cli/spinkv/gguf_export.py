@@ -162,9 +162,10 @@ def gguf_pre_tag(pre: Any) -> str:
     tokenize text differently from us, so an unknown pre-tokenizer is an error."""
     from spinkv.gguf_import import LLAMA3_REGEX, QWEN2_REGEX
 
-    parts = pre.get("pretokenizers", []) if isinstance(pre, dict) else []
-    kinds = [p.get("type") for p in parts] if pre and pre.get("type") == "Sequence" else []
-    if isinstance(pre, dict) and pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
+    pre = pre if isinstance(pre, dict) else {}
+    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
+    kinds = [p.get("type") for p in parts]
+    if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
         return "default"
     if kinds == ["Digits", "ByteLevel"] and parts[0].get("individual_digits"):
         return "smollm"

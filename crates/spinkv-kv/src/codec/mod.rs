@@ -131,10 +131,10 @@ pub(crate) trait SealedCodec: Send + Sync {
         visible: usize,
         acc: &mut [f32],
     );
-    /// Brings accumulated values back to the plain domain, once per head and step.
     /// Hints the CPU to start loading what `score_page` and `accumulate_page` will read of
     /// `page` for `kv_head`.
     fn prefetch(&self, page: &[u8], kv_head: usize);
 
+    /// Brings accumulated values back to the plain domain, once per head and step.
     fn finish(&self, layer: usize, kv_head: usize, acc: &mut [f32]);
 }
