@@ -85,6 +85,33 @@ def native() -> ModuleType:
     return _native
 
 
+CROSS_SCRIPT = Path(__file__).resolve().parent.parent / "crates/spinkv-kernels/run-cross-tests.sh"
+
+
+def require_cross_toolchain(isa: str) -> None:
+    """Skip (one line saying what is missing) when the NEON ("neon") or SIMD128 ("wasm")
+    cross toolchain is not installed; .ci/run installs them and sets SPINKV_REQUIRE_CROSS=1,
+    which turns the skip into a failure. SPINKV_SKIP_CROSS=1 skips deliberately."""
+    import os
+    import subprocess
+
+    if os.environ.get("SPINKV_SKIP_CROSS") == "1":
+        pytest.skip("SPINKV_SKIP_CROSS=1")
+    done = subprocess.run(
+        ["bash", str(CROSS_SCRIPT), "--check", "--only", isa],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode == 0:
+        return
+    lines = (done.stderr + done.stdout).strip().splitlines()
+    reason = lines[-1] if lines else f"{isa} cross toolchain check failed"
+    if os.environ.get("SPINKV_REQUIRE_CROSS") == "1":
+        pytest.fail(f"SPINKV_REQUIRE_CROSS=1 but {reason}")
+    pytest.skip(f"{isa} cross toolchain not installed ({reason}); .ci/run installs it")
+
+
 @pytest.fixture
 def spinkv_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty model store for one test (SPINKV_HOME points at it)."""

@@ -20,44 +20,10 @@ from typing import Any
 
 import pytest
 import spinkv
+from helpers import assert_one_line_error, cli_env, spinkv_cli
 from spinkv.commands.chat import parse_command, read_message
 from spinkv.commands.failures import describe
 from spinkv.errors import InvalidInputError
-
-SOURCE_ROOT = str(Path(spinkv.__file__).resolve().parent.parent)
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment for a child `spinkv`: the same spinkv this test imports."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([SOURCE_ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.pop("SPINKV_DEBUG", None)
-    env.update(extra)
-    return env
-
-
-def spinkv_cli(
-    *args: str, stdin: str | None = None, timeout: float = 300, **env: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spinkv", *args],
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_env(**env),
-    )
-
-
-def assert_one_line_error(done: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    output = done.stdout + done.stderr
-    assert done.returncode == 2, output
-    assert "Traceback" not in output and "panicked" not in output, output
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -162,10 +128,9 @@ def test_run_json_record(tiny: Path) -> None:
 
 
 def test_run_quiet_prints_only_the_text(tiny: Path) -> None:
-    quiet = spinkv_cli("run", "hello there", "--model", str(tiny), "-n", "8", "--quiet")
-    record = json.loads(
-        spinkv_cli("run", "hello there", "--model", str(tiny), "-n", "8", "--json").stdout
-    )
+    greedy = ["--model", str(tiny), "-n", "8", "--temperature", "0"]
+    quiet = spinkv_cli("run", "hello there", *greedy, "--quiet")
+    record = json.loads(spinkv_cli("run", "hello there", *greedy, "--json").stdout)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout.rstrip("\n") == record["text"].rstrip("\n")
 
@@ -178,9 +143,10 @@ def test_run_verbose_adds_the_runtime_breakdown(tiny: Path) -> None:
 
 
 def test_run_reads_stdin(tiny: Path) -> None:
-    by_argument = spinkv_cli("run", "hello there", "--model", str(tiny), "-n", "6", "--json")
-    dash = spinkv_cli("run", "-", "--model", str(tiny), "-n", "6", "--json", stdin="hello there")
-    piped = spinkv_cli("run", "--model", str(tiny), "-n", "6", "--json", stdin="hello there")
+    greedy = ["--model", str(tiny), "-n", "6", "--json", "--temperature", "0"]
+    by_argument = spinkv_cli("run", "hello there", *greedy)
+    dash = spinkv_cli("run", "-", *greedy, stdin="hello there")
+    piped = spinkv_cli("run", *greedy, stdin="hello there")
     expected = json.loads(by_argument.stdout)
     for done in (dash, piped):
         assert done.returncode == 0, done.stderr
@@ -202,7 +168,7 @@ def test_run_sampling_flags_and_kv_options_reach_the_runtime(tiny: Path) -> None
 
 def test_default_model_knows_the_capital_of_france(default_model_dir: Path) -> None:
     # No --model: the default model from the store this test session uses (SPINKV_HOME).
-    done = spinkv_cli("run", "What is the capital of France?")
+    done = spinkv_cli("run", "What is the capital of France?", "--temperature", "0")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("The capital of France is Paris."), done.stdout
 
@@ -425,7 +391,7 @@ def test_ctrl_c_twice_at_the_prompt_leaves(tiny: Path) -> None:
 
 
 def test_ctrl_c_stops_a_reply_and_keeps_the_conversation(default_model_dir: Path) -> None:
-    chat = ChatProcess("--model", str(default_model_dir), "-n", "400")
+    chat = ChatProcess("--model", str(default_model_dir), "-n", "400", "--temperature", "0")
     try:
         chat.send("Write a very long story about a dragon who learns to cook.\n")
         shown = chat.stdout.wait_for(lambda text: len(text.split()) >= 5, timeout=120)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import spinkv
+from helpers import assert_one_line_error, cli_env, spinkv_cli
 from spinkv.api import ChatSession, LoadedModel
 from spinkv.errors import InvalidInputError
 from spinkv.generation import TextStream
@@ -31,7 +32,6 @@ from spinkv.sessions import (
     save_chat,
     session_path,
 )
-from test_cli import assert_one_line_error, cli_env, spinkv_cli
 
 TURBO_SMALL = {"preset": "turbo", "window": 16, "page_tokens": 8}
 """Small pages and window: a few dozen tokens exercise sealing inside a turn."""
@@ -326,6 +326,7 @@ def run_json(*args: str) -> dict[str, Any]:
 def test_prompt_cache_reuses_the_longest_matching_prefix(tiny: LoadedModel, tmp_path: Path) -> None:
     cache = str(tmp_path / "p.spkv")
     common = ["-m", str(tiny.path), "-n", "4", "--kv", "turbo", "--prompt-cache", cache]
+    common += ["--temperature", "0"]
     first = run_json(*common, "The capital of France is a city")
     assert first["prompt_cache"]["status"] == "new" and first["cached_tokens"] == 0
     same = run_json(*common, "The capital of France is a city")

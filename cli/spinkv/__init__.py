@@ -15,9 +15,17 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from spinkv.errors import (
+    ChatBusyError,
+    ContextOverflowError,
+    IdentityMismatchError,
+    InternalError,
     InvalidInputError,
+    KvCacheError,
     ModelFormatError,
     ModelNotFoundError,
+    SessionBusyError,
+    SessionFileError,
+    SessionPagesError,
     SpinkvError,
     UnsupportedError,
 )
@@ -62,16 +70,24 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ChatBusyError",
     "ChatMessage",
     "ChatSession",
+    "ContextOverflowError",
     "FinishReason",
     "GenerationResult",
     "GenerationTimings",
+    "IdentityMismatchError",
+    "InternalError",
     "InvalidInputError",
+    "KvCacheError",
     "LoadedModel",
     "ModelFormatError",
     "ModelNotFoundError",
     "SamplingParams",
+    "SessionBusyError",
+    "SessionFileError",
+    "SessionPagesError",
     "SpinkvError",
     "TextStream",
     "UnsupportedError",

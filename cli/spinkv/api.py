@@ -13,9 +13,11 @@ logits = model.logits(model.tokenize("Hello world"))   # np.ndarray [T, vocab], 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Union
@@ -24,7 +26,13 @@ import numpy as np
 
 from spinkv import _native
 from spinkv.chat_template import ChatTemplate, load_chat_template
-from spinkv.errors import ContextOverflowError, InvalidInputError, UnsupportedError
+from spinkv.errors import (
+    ChatBusyError,
+    ContextOverflowError,
+    InvalidInputError,
+    SessionPagesError,
+    UnsupportedError,
+)
 from spinkv.generation import (
     PREFILL_CHUNK_TOKENS,
     GenerationResult,
@@ -32,10 +40,11 @@ from spinkv.generation import (
     TurnSpec,
     chunked,
 )
-from spinkv.kv_options import KvSpec, kv_dict
+from spinkv.kv_options import DEFAULT_KV_PRESET, KvSpec, kv_dict
+from spinkv.progress import ImportLog, reporting
 from spinkv.sampling import SamplingParams
 from spinkv.timing import GenerationTimings
-from spinkv.tokenizer import Tokenizer, load_tokenizer
+from spinkv.tokenizer import Tokenizer, load_tokenizer, valid_text
 
 if TYPE_CHECKING:
     from spinkv.sessions import Transcript
@@ -51,6 +60,8 @@ Prompt = Union[str, Sequence[ChatMessage]]
 DEFAULT_MAX_TOKENS = 512
 RESERVED_TOKENS = 256
 """Cache pages a chat reserves up front (the pools then grow geometrically)."""
+ASK_WAIT_S = 600.0
+"""How long `ChatSession.ask` waits for another thread's turn on the same chat."""
 
 
 def load(model: str | Path | None = None, *, threads: int | None = None) -> LoadedModel:
@@ -62,17 +73,20 @@ def load(model: str | Path | None = None, *, threads: int | None = None) -> Load
     from spinkv.store import resolve_model
 
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise InvalidInputError(f"invalid threads {threads!r}: must be an integer >= 1")
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024:
+            raise InvalidInputError(f"invalid threads {threads!r}: must be an integer in 1..1024")
         _native.set_threads(threads)
-    path = resolve_model(None if model is None else str(model))
+    with reporting(ImportLog()) as imports:
+        path = resolve_model(None if model is None else str(model))
     started = time.perf_counter()
     tokenizer = load_tokenizer(path)
     chat_template = load_chat_template(path)
     native_model = _native.Model.load(str(path))
     load_ms = (time.perf_counter() - started) * 1000.0
     name = path.name if model is None or Path(str(model)).expanduser().exists() else str(model)
-    return LoadedModel(native_model, tokenizer, chat_template, Path(path), load_ms, name=name)
+    loaded = LoadedModel(native_model, tokenizer, chat_template, Path(path), load_ms, name=name)
+    loaded.import_ms = imports.seconds * 1000.0
+    return loaded
 
 
 class LoadedModel:
@@ -95,6 +109,7 @@ class LoadedModel:
         self.chat_template = chat_template
         self.path = path
         self.load_ms = load_ms
+        self.import_ms = 0.0  # time load() spent adding the model to the store
         self.config: dict[str, Any] = dict(native_model.config)
         self.max_context: int = int(self.config["max_context"])
         self.vocab_size: int = int(self.config["vocab_size"])
@@ -126,7 +141,11 @@ class LoadedModel:
         """The conversation as the model sees it, through its chat template."""
         if self.chat_template is None:
             raise UnsupportedError(f"{self.path.name} has no chat template: use raw prompts")
-        return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt)
+        return self.chat_template.render(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            max_chars=self.tokenizer.max_chars_for(self.max_context),
+        )
 
     def prompt_token_ids(
         self, prompt: Prompt, *, system: str | None = None, raw: bool = False
@@ -136,6 +155,12 @@ class LoadedModel:
         if raw:
             if not isinstance(prompt, str):
                 raise InvalidInputError("raw=True takes a string prompt, not messages")
+            limit = self.tokenizer.max_chars_for(self.max_context)
+            if len(prompt) > limit:
+                raise ContextOverflowError(
+                    f"the prompt is {len(prompt):,} characters: more than the context of "
+                    f"{self.max_context} tokens can hold"
+                )
             return self.tokenize(prompt, add_special_tokens=True)
         return self.tokenize(self.render_chat(_messages(prompt, system)))
 
@@ -220,6 +245,7 @@ class LoadedModel:
     def new_timings(self, tokenize_ms: float = 0.0) -> GenerationTimings:
         return GenerationTimings(
             load_ms=self.load_ms,
+            import_ms=self.import_ms,
             tokenize_ms=tokenize_ms,
             isa=_native.isa(),
             threads=_native.threads(),
@@ -272,10 +298,15 @@ class RestoreOutcome:
 
 def _messages(prompt: Prompt, system: str | None) -> list[ChatMessage]:
     if isinstance(prompt, str):
-        messages: list[ChatMessage] = [{"role": "user", "content": prompt}]
-    else:
+        messages: list[ChatMessage] = [{"role": "user", "content": valid_text(prompt)}]
+    elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
         messages = [_checked_message(m) for m in prompt]
+    else:
+        raise InvalidInputError(
+            f"prompt must be a string or a list of messages, not {type(prompt).__name__}"
+        )
     if system is not None:
+        system = valid_text(system, "system prompt")
         if messages and messages[0]["role"] == "system":
             raise InvalidInputError("system given twice: as an argument and as the first message")
         messages.insert(0, {"role": "system", "content": system})
@@ -285,10 +316,12 @@ def _messages(prompt: Prompt, system: str | None) -> list[ChatMessage]:
 
 
 def _checked_message(message: Mapping[str, Any]) -> ChatMessage:
+    if not isinstance(message, Mapping):
+        raise InvalidInputError(f"a message must be a mapping, not {type(message).__name__}")
     role, content = message.get("role"), message.get("content")
     if not isinstance(role, str) or not isinstance(content, str):
         raise InvalidInputError(f"a message needs string 'role' and 'content': {message!r}")
-    return {"role": role, "content": content}
+    return {"role": valid_text(role), "content": valid_text(content)}
 
 
 class ChatSession:
@@ -310,6 +343,10 @@ class ChatSession:
     pages after the first one (an attention sink) instead of refusing the turn; `clear()`
     resets it and gives back memory beyond the reservation. `save(path)` / `restore(path)`
     write and read session files (spinkv.sessions handles names, locking, atomic writes).
+
+    Threads: one turn runs at a time. `ask` from several threads takes turns (waiting up to
+    ASK_WAIT_S); `send`, `clear`, `set_system`, `save` and `restore` while another thread's
+    reply is streaming raise ChatBusyError. Give each thread its own chat for parallel work.
     """
 
     def __init__(
@@ -334,6 +371,8 @@ class ChatSession:
         self.slide = slide and self._enable_sliding()
         self._session.reserve(min(self.limit, RESERVED_TOKENS))
         self._active: TextStream | None = None
+        self._active_thread: int | None = None
+        self._turn = threading.Lock()  # held from send() until that reply ends
         self.last_result: GenerationResult | None = None
 
     def _enable_sliding(self) -> bool:
@@ -374,8 +413,41 @@ class ChatSession:
         max_tokens: int | None = None,
     ) -> TextStream:
         """Add a user turn and start the reply; iterate the stream for text pieces."""
-        self._close_active()
+        self._claim(wait_s=0.0)
+        try:
+            return self._start_turn(text, sampling=sampling, max_tokens=max_tokens)
+        except BaseException:
+            self._turn.release()
+            raise
+
+    def _claim(self, wait_s: float) -> None:
+        """Take the turn lock (closing this thread's own unfinished reply first)."""
+        if self._active is not None and self._active_thread == threading.get_ident():
+            self._close_active()
+        acquired = self._turn.acquire(timeout=wait_s) if wait_s > 0 else self._turn.acquire(False)
+        if not acquired:
+            raise ChatBusyError(
+                "this chat is answering in another thread: a ChatSession runs one turn at a "
+                "time (use ask() to take turns, or one model.chat() per thread)"
+            )
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        self._claim(wait_s=0.0)
+        try:
+            yield
+        finally:
+            self._turn.release()
+
+    def _start_turn(
+        self,
+        text: str,
+        *,
+        sampling: SamplingParams | None = None,
+        max_tokens: int | None = None,
+    ) -> TextStream:
         started = time.perf_counter()
+        text = valid_text(text, "message")
         user: ChatMessage = {"role": "user", "content": text}
         prompt_ids = self.model.tokenize(self.model.render_chat(self.messages + [user]))
         if self.slide:
@@ -397,41 +469,57 @@ class ChatSession:
 
         def record(result: GenerationResult) -> None:
             self.last_result = result
-            if result.finish_reason == "interrupted" and not result.text:
-                return
-            self._history.append(user)
-            self._history.append({"role": "assistant", "content": result.text})
+            if result.finish_reason != "interrupted" or result.text:
+                self._history.append(user)
+                self._history.append({"role": "assistant", "content": result.text})
+            self._end_turn()
 
         try:
-            self._active = TextStream(self._session, spec, on_finish=record)
+            self._active = TextStream(
+                self._session, spec, on_finish=record, on_failure=self._end_turn
+            )
+            self._active_thread = threading.get_ident()
             return self._active
         except BaseException:  # e.g. Ctrl-C before the caller got the stream
-            self.cancel()
+            self._session.rollback_turn()
             raise
+
+    def _end_turn(self) -> None:
+        self._active_thread = None
+        if self._turn.locked():
+            self._turn.release()
 
     def cancel(self) -> None:
         """Stop the reply in progress, if any: the cache returns to where its turn started.
         Call it after a KeyboardInterrupt that may have hit before `send` returned."""
-        self._close_active()
-        self._session.rollback_turn()
+        with self._exclusive():
+            self._session.rollback_turn()
 
     def ask(self, text: str, **options: Any) -> GenerationResult:
-        """send() and wait for the whole reply."""
-        return self.send(text, **options).read_all()
+        """send() and wait for the whole reply (another thread's turn first, if any)."""
+        self._claim(wait_s=ASK_WAIT_S)
+        try:
+            stream = self._start_turn(text, **options)
+        except BaseException:
+            self._turn.release()
+            raise
+        return stream.read_all()
 
     def clear(self) -> None:
         """Forget the conversation (the system prompt stays), empty the cache and give back
         its pages beyond the reservation: the chat is then as good as a new one."""
-        self._close_active()
-        self._history.clear()
-        self._session.reset()
-        self._session.trim_memory()
+        with self._exclusive():
+            self._history.clear()
+            self._session.reset()
+            self._session.trim_memory()
 
     def set_system(self, system: str | None) -> None:
         """Change the system prompt (None: the template's default). The history stays; the
         next turn recomputes the cache from the first token that changed."""
-        self._close_active()
-        self.system = system
+        if system is not None:
+            system = valid_text(system, "system prompt")
+        with self._exclusive():
+            self.system = system
 
     def stats(self) -> dict[str, Any]:
         """KV cache statistics from the runtime, plus the conversation's size."""
@@ -454,7 +542,7 @@ class ChatSession:
             messages=self.history,  # type: ignore[arg-type]
             system=self.system,
             model={"name": self.model.name, "path": str(self.model.path)},
-            kv=self.kv,
+            kv=self.kv or {"preset": DEFAULT_KV_PRESET},
             sampling=self.sampling.to_dict(),
             max_tokens=self.max_tokens,
             created=self.created or now_iso(),
@@ -464,10 +552,11 @@ class ChatSession:
     def save(self, path: str | Path) -> int:
         """Write the conversation and its KV pages to path (replacing it; not atomic by
         itself: spinkv.sessions.save_chat is). Returns the bytes written."""
-        self._close_active()
-        transcript = self.transcript()
-        self.created = transcript.created
-        return int(self._session.save(str(path), transcript.to_json(), self.model.identity_extra))
+        with self._exclusive():
+            transcript = self.transcript()
+            self.created = transcript.created
+            extra = self.model.identity_extra
+            return int(self._session.save(str(path), transcript.to_json(), extra))
 
     def restore(self, path: str | Path) -> RestoreOutcome:
         """Replace this conversation with the one saved at path. Its KV pages are reused
@@ -478,22 +567,24 @@ class ChatSession:
         then untouched)."""
         from spinkv.sessions import read_transcript
 
-        self._close_active()
-        transcript, _ = read_transcript(Path(path))
-        try:
-            self._session.load(str(path), self.model.identity_extra)
-            outcome = RestoreOutcome(True, self.cached_tokens)
-        except _native.IdentityMismatchError as exc:
-            outcome = RestoreOutcome(False, 0, str(exc), list(getattr(exc, "fields", [])))
-        except _native.SessionPagesError as exc:
-            outcome = RestoreOutcome(False, 0, str(exc))
-        if not outcome.reused:
-            self._session.reset()
-        self._history = [{"role": m["role"], "content": m["content"]} for m in transcript.messages]
-        self.system = transcript.system
-        self.created = transcript.created or None
-        outcome.turns = transcript.turns
-        return outcome
+        with self._exclusive():
+            transcript, _ = read_transcript(Path(path))
+            try:
+                self._session.load(str(path), self.model.identity_extra)
+                outcome = RestoreOutcome(True, self.cached_tokens)
+            except _native.IdentityMismatchError as exc:
+                outcome = RestoreOutcome(False, 0, str(exc), list(getattr(exc, "fields", [])))
+            except (_native.SessionPagesError, SessionPagesError) as exc:
+                outcome = RestoreOutcome(False, 0, str(exc))
+            if not outcome.reused:
+                self._session.reset()
+            self._history = [
+                {"role": m["role"], "content": m["content"]} for m in transcript.messages
+            ]
+            self.system = transcript.system
+            self.created = transcript.created or None
+            outcome.turns = transcript.turns
+            return outcome
 
     def _close_active(self) -> None:
         if self._active is not None and not self._active.finished:

@@ -258,7 +258,7 @@ def _rich_table(
 ) -> Table:
     table = Table(title=title, title_justify="left", show_edge=False)
     for i, (name, _) in enumerate(columns):
-        table.add_column(name, justify="left" if i < 3 else "right")
+        table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")
     for row in rows:
         table.add_row(*(cell(row) for _, cell in columns))
     return table

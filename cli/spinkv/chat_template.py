@@ -4,12 +4,20 @@ The template comes from tokenizer_config.json ("chat_template": a string, or a l
 templates of which "default" is used) or from chat_template.jinja. It is rendered in a
 sandboxed Jinja2 environment with trim_blocks and lstrip_blocks, the loopcontrols extension,
 `raise_exception`, `strftime_now` and an HF-compatible `tojson` filter.
+
+A template is code from a model file, so rendering is bounded: at most RENDER_TIMEOUT_S of
+wall time and `max_chars` of output (string/list repetition is checked before it allocates,
+and the sandbox caps `range`), and whatever the template raises becomes one ModelFormatError.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -26,8 +34,17 @@ CHATML_TEMPLATE = (
 )
 
 
+RENDER_TIMEOUT_S = 5.0
+DEFAULT_MAX_CHARS = 16 << 20
+"""Output bound when the caller gives none (real templates render a few KiB)."""
+
+
 class TemplateError(InvalidInputError):
     """The template refused the conversation (its own `raise_exception`)."""
+
+
+class _RenderLimit(Exception):
+    """Rendering went over its time or size bound."""
 
 
 def _raise_exception(message: str) -> NoReturn:
@@ -69,7 +86,25 @@ def _environment() -> Any:
         def _render_body(self, caller: Any) -> str:
             return str(caller())
 
-    env = ImmutableSandboxedEnvironment(
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        """The sandbox, plus a size check on `*` and `**` before they allocate."""
+
+        intercepted_binops = frozenset(["*", "**"])
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "*":
+                for seq, count in ((left, right), (right, left)):
+                    if (
+                        isinstance(seq, (str, list, tuple))
+                        and isinstance(count, int)
+                        and len(seq) * count > DEFAULT_MAX_CHARS
+                    ):
+                        raise _RenderLimit(f"'*' makes {len(seq) * count:,} items")
+            if operator == "**" and isinstance(right, (int, float)) and abs(right) > 1024:
+                raise _RenderLimit(f"'**' with exponent {right}")
+            return super().call_binop(context, operator, left, right)
+
+    env = BoundedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols]
     )
     env.filters["tojson"] = _tojson
@@ -104,11 +139,12 @@ class ChatTemplate:
         self,
         messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
+        *,
+        max_chars: int = DEFAULT_MAX_CHARS,
         **variables: Any,
     ) -> str:
-        """The prompt text for messages ([{"role": ..., "content": ...}, ...])."""
-        from jinja2 import TemplateError as JinjaError
-
+        """The prompt text for messages ([{"role": ..., "content": ...}, ...]); output
+        beyond max_chars (text that could not fit the context anyway) is an error."""
         for m in messages:
             if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
                 raise InvalidInputError(f"chat message without a role: {m!r}")
@@ -119,12 +155,50 @@ class ChatTemplate:
             "messages": [dict(m) for m in messages],
             "add_generation_prompt": add_generation_prompt,
         }
+        pieces: list[str] = []
+        size = 0
+        deadline = time.monotonic() + RENDER_TIMEOUT_S
         try:
-            return str(self._template.render(**context))
+            with _alarm(RENDER_TIMEOUT_S):
+                for piece in self._template.generate(**context):
+                    size += len(piece)
+                    if size > max_chars:
+                        raise _RenderLimit(f"its output passed {max_chars:,} characters")
+                    if time.monotonic() > deadline:
+                        raise _RenderLimit(f"it ran for more than {RENDER_TIMEOUT_S:g} s")
+                    pieces.append(piece)
         except TemplateError:
             raise
-        except JinjaError as exc:
-            raise ModelFormatError(f"chat template ({self.origin}) failed: {exc}") from exc
+        except _RenderLimit as exc:
+            raise InvalidInputError(f"chat template ({self.origin}) stopped: {exc}") from None
+        except (Exception, RecursionError, MemoryError) as exc:  # the template is code
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise ModelFormatError(
+                f"chat template ({self.origin}) failed: {type(exc).__name__}: {detail}"
+            ) from None
+        return "".join(pieces)
+
+
+@contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """SIGALRM after seconds, raised as _RenderLimit: bounds a template loop that produces
+    no output (chunk checks cannot see it). Only the main thread can take signals; elsewhere
+    the chunk-by-chunk checks are the bound."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _RenderLimit(f"it ran for more than {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def read_template_source(model_dir: Path) -> tuple[str, str] | None:

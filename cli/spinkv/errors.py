@@ -1,14 +1,19 @@
-"""The exception hierarchy shared by every layer of spinkv.
+"""The exception hierarchy of spinkv, defined once.
 
-Every error a user can cause (bad path, bad file, unsupported model, bad argument) is raised
-as a subclass of :class:`SpinkvError`, so the CLI can print it in one line and exit with 2.
+Every error a user can cause (bad path, bad file, unsupported model, bad argument) is a
+subclass of :class:`SpinkvError`; the CLI prints it in one line and exits with 2. The Rust
+runtime raises these same classes (``spinkv._native`` looks them up here), so
+``except spinkv.SpinkvError`` catches what comes from Rust too. :class:`InternalError` is the
+exception: a bug inside spinkv (a caught Rust panic), reported with exit code 1.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class SpinkvError(Exception):
-    """Base class of every error spinkv reports to the user."""
+    """Base class of every error spinkv raises."""
 
 
 class ModelNotFoundError(SpinkvError):
@@ -27,17 +32,56 @@ class InvalidInputError(SpinkvError):
     """A bad argument or input value (sampling values, prompt too long, bad name, ...)."""
 
 
-__all__ = [
-    "InvalidInputError",
-    "ModelFormatError",
-    "ModelNotFoundError",
-    "SpinkvError",
-    "UnsupportedError",
-]
-
-
 class ContextOverflowError(InvalidInputError):
     """A prompt (or a conversation) longer than the context the session can hold."""
 
 
-__all__ += ["ContextOverflowError"]
+class KvCacheError(SpinkvError):
+    """The KV cache refused an operation."""
+
+
+class SessionFileError(SpinkvError):
+    """A session file cannot be read: not a session file, truncated, corrupt, from a newer
+    spinkv, or not a regular file."""
+
+
+class SessionPagesError(SpinkvError):
+    """A session file's transcript is intact but its KV pages cannot be used."""
+
+
+class SessionBusyError(SpinkvError):
+    """A session is open for writing in another spinkv process."""
+
+
+class ChatBusyError(InvalidInputError):
+    """A ChatSession was used from a second thread while a turn was running."""
+
+
+class IdentityMismatchError(SpinkvError):
+    """A saved KV cache belongs to another model, tokenizer, template, cache policy or
+    runtime; ``fields`` names the identity fields that differ."""
+
+    def __init__(self, message: str = "", fields: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.fields: list[str] = list(fields)
+
+
+class InternalError(SpinkvError):
+    """A bug inside spinkv (a caught Rust panic): never the user's fault; please report it."""
+
+
+__all__ = [
+    "ChatBusyError",
+    "ContextOverflowError",
+    "IdentityMismatchError",
+    "InternalError",
+    "InvalidInputError",
+    "KvCacheError",
+    "ModelFormatError",
+    "ModelNotFoundError",
+    "SessionBusyError",
+    "SessionFileError",
+    "SessionPagesError",
+    "SpinkvError",
+    "UnsupportedError",
+]

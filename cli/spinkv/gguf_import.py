@@ -14,11 +14,12 @@ Two GGUF conventions are undone here:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 import struct
-import uuid
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,10 +147,15 @@ def write_safetensors(path: Path, plans: Iterable[TensorPlan], dtype: str) -> No
         offset += nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
+    from spinkv.progress import current
+
+    steps = current()
+    steps.start(f"dequantizing and writing {path.name}", len(plans))
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
         for plan in plans:
+            steps.advance()
             values = plan.produce()
             if tuple(values.shape) != plan.shape:
                 raise ModelFormatError(
@@ -249,6 +255,50 @@ def _f32_float(value: Any) -> float:
     return float(str(np.float32(value)))
 
 
+# Bounds on metadata values, far above any real model's: a value read from a file is
+# untrusted, and these keep a hostile one from sizing an allocation or a loop.
+MAX_DIM = 1 << 20
+MAX_HEADS = 1 << 12
+MAX_CONTEXT = 1 << 24
+
+
+def _int_field(g: GGUFModel, key: str, default: Any, low: int, high: int) -> int:
+    """A metadata integer in [low, high], as ModelFormatError naming the key otherwise."""
+    value = g.require(key) if default is None else g.get(key, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ModelFormatError(f"{g.path}: metadata {key} is not an integer: {value!r}") from None
+    if isinstance(value, float) and value != number:
+        raise ModelFormatError(f"{g.path}: metadata {key} is not an integer: {value!r}")
+    if not low <= number <= high:
+        raise ModelFormatError(f"{g.path}: metadata {key} = {number} is outside [{low}, {high}]")
+    return number
+
+
+def _positive_float(g: GGUFModel, key: str, default: float) -> float:
+    value = g.get(key, default)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ModelFormatError(f"{g.path}: metadata {key} is not a number: {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ModelFormatError(f"{g.path}: metadata {key} = {number} must be finite and > 0")
+    return _f32_float(number)
+
+
+def _block_count(g: GGUFModel, key: str) -> int:
+    """block_count, checked against the blk.N tensors the file actually holds."""
+    present = {int(m.group(1)) for m in map(_BLOCK_RE.match, g.tensors) if m}
+    n_layers = _int_field(g, key, None, 1, max(1, len(present)))
+    if present != set(range(len(present))) or len(present) != n_layers:
+        raise ModelFormatError(
+            f"{g.path}: metadata {key} = {n_layers} but the file holds blocks for "
+            f"{len(present)} layer(s)"
+        )
+    return n_layers
+
+
 def read_hyper(g: GGUFModel) -> LlamaHyper:
     arch = g.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
@@ -257,11 +307,15 @@ def read_hyper(g: GGUFModel) -> LlamaHyper:
             f"{', '.join(SUPPORTED_ARCHITECTURES)})"
         )
     p = f"{arch}."
-    hidden = int(g.require(p + "embedding_length"))
-    n_heads = int(g.require(p + "attention.head_count"))
-    n_kv_heads = int(g.get(p + "attention.head_count_kv", n_heads))
-    head_dim = int(g.get(p + "attention.key_length", hidden // n_heads))
-    rope_dim = int(g.get(p + "rope.dimension_count", head_dim))
+    hidden = _int_field(g, p + "embedding_length", None, 1, MAX_DIM)
+    n_heads = _int_field(g, p + "attention.head_count", None, 1, MAX_HEADS)
+    n_kv_heads = _int_field(g, p + "attention.head_count_kv", n_heads, 1, n_heads)
+    if n_heads % n_kv_heads:
+        raise ModelFormatError(
+            f"{g.path}: {n_heads} attention heads are not a multiple of {n_kv_heads} KV heads"
+        )
+    head_dim = _int_field(g, p + "attention.key_length", hidden // n_heads, 1, MAX_DIM)
+    rope_dim = _int_field(g, p + "rope.dimension_count", head_dim, 0, MAX_DIM)
     if rope_dim != head_dim:
         raise UnsupportedError(f"partial rotary embedding (rope dim {rope_dim} of {head_dim})")
     if "rope_freqs.weight" in g.tensors:
@@ -270,25 +324,26 @@ def read_hyper(g: GGUFModel) -> LlamaHyper:
     factor = g.get(p + "rope.scaling.factor", g.get(p + "rope.scale_linear"))
     rope_scaling = None
     if scaling_type == "linear" or (scaling_type == "none" and factor not in (None, 1.0)):
-        rope_scaling = {"rope_type": "linear", "type": "linear", "factor": float(factor or 1.0)}
+        scale = _positive_float(g, p + "rope.scaling.factor", float(factor or 1.0))
+        rope_scaling = {"rope_type": "linear", "type": "linear", "factor": scale}
     elif scaling_type != "none":
         raise UnsupportedError(f"RoPE scaling type {scaling_type!r} (supported: none, linear)")
     tokens = g.get("tokenizer.ggml.tokens") or []
     embd = g.tensors.get("token_embd.weight")
     if embd is None:
         raise ModelFormatError(f"{g.path} has no token_embd.weight tensor")
-    vocab = int(g.get(p + "vocab_size", len(tokens) or g.hf_shape("token_embd.weight")[0]))
+    vocab_default = len(tokens) or g.hf_shape("token_embd.weight")[0]
     return LlamaHyper(
-        n_layers=int(g.require(p + "block_count")),
+        n_layers=_block_count(g, p + "block_count"),
         hidden=hidden,
-        intermediate=int(g.require(p + "feed_forward_length")),
+        intermediate=_int_field(g, p + "feed_forward_length", None, 1, MAX_DIM * 8),
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
-        context_length=int(g.get(p + "context_length", 2048)),
-        rope_theta=_f32_float(g.get(p + "rope.freq_base", 10000.0)),
-        rms_eps=_f32_float(g.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
-        vocab_size=vocab,
+        context_length=_int_field(g, p + "context_length", 2048, 1, MAX_CONTEXT),
+        rope_theta=_positive_float(g, p + "rope.freq_base", 10000.0),
+        rms_eps=_positive_float(g, p + "attention.layer_norm_rms_epsilon", 1e-5),
+        vocab_size=_int_field(g, p + "vocab_size", vocab_default, 1, MAX_CONTEXT),
         rope_scaling=rope_scaling,
     )
 
@@ -556,13 +611,16 @@ def write_model_dir(g: GGUFModel, out: Path, dtype: str, extra: Mapping[str, Any
 def place_atomically(dest: Path, fill: Callable[[Path], None]) -> Path:
     """Call fill(tmp) on a fresh temporary dir beside dest, then rename it to dest (replacing
     an existing dest). On any failure, nothing is left behind and dest is untouched."""
+    from spinkv.files import remove_stale_temp_dirs, temp_dir_for
+
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
+    remove_stale_temp_dirs(dest.parent)  # left by imports that were killed
+    tmp = temp_dir_for(dest)
     tmp.mkdir()
     try:
         fill(tmp)
         if dest.exists():
-            old = dest.parent / f".old-{dest.name}-{uuid.uuid4().hex[:8]}"
+            old = temp_dir_for(dest, "old")
             os.replace(dest, old)
             os.replace(tmp, dest)
             shutil.rmtree(old, ignore_errors=True)
@@ -595,6 +653,13 @@ def import_gguf(
         from spinkv.store import models_dir
 
         out_dir = models_dir() / (sanitize_name(name) if name else store_name_for(path))
+    from spinkv.model_info import dir_size
+    from spinkv.progress import current
+
+    started = time.perf_counter()
     g = GGUFModel(path)
     record = {"source": dict(source) if source else source_record(path)}
-    return place_atomically(Path(out_dir), lambda tmp: write_model_dir(g, tmp, dtype, record))
+    dest = place_atomically(Path(out_dir), lambda tmp: write_model_dir(g, tmp, dtype, record))
+    current().finish()
+    current().imported(dest.name, dest, dir_size(dest), time.perf_counter() - started)
+    return dest

@@ -73,17 +73,26 @@ def load_config(model_dir: Path) -> dict[str, Any]:
 
 
 def safetensors_files(model_dir: Path) -> list[Path]:
-    """The weight files of a model: model.safetensors, or every shard its index names.
+    """The weight files of a model: model.safetensors, or else every shard its index names
+    (the runtime's order of preference, crates/spinkv-model weights.rs).
 
     Raises ModelNotFoundError naming what is missing.
     """
     model_dir = Path(model_dir)
+    single = model_dir / SINGLE_FILE
+    if single.is_file():
+        return [single]
+    if single.exists():
+        raise ModelFormatError(f"{single} is not a regular file")
     index = model_dir / INDEX_FILE
     if index.is_file():
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelFormatError(f"{index} has no weight_map")
         shards = [model_dir / name for name in sorted(set(weight_map.values()))]
+        odd = [p.name for p in shards if p.exists() and not p.is_file()]
+        if odd:
+            raise ModelFormatError(f"{model_dir}: not regular files: {', '.join(odd)}")
         missing = [p.name for p in shards if not p.is_file()]
         if missing:
             raise ModelNotFoundError(
@@ -91,9 +100,6 @@ def safetensors_files(model_dir: Path) -> list[Path]:
                 + ", ".join(missing)
             )
         return shards
-    single = model_dir / SINGLE_FILE
-    if single.is_file():
-        return [single]
     raise ModelNotFoundError(f"{model_dir} has no {SINGLE_FILE} (nor {INDEX_FILE})")
 
 
@@ -122,7 +128,10 @@ def _head_dim(config: dict[str, Any]) -> int:
     head_dim = config.get("head_dim")
     if head_dim:
         return int(head_dim)
-    return int(config["hidden_size"]) // int(config["num_attention_heads"])
+    heads = int(config["num_attention_heads"])
+    if heads <= 0:
+        raise ValueError(f"num_attention_heads is {heads}")
+    return int(config["hidden_size"]) // heads
 
 
 def dir_size(path: Path) -> int:
@@ -137,8 +146,11 @@ def model_info(path: Path, name: str | None = None) -> ModelInfo:
     parameters = 0
     dtype_counts: dict[str, int] = {}
     for file in safetensors_files(path):
-        for tensor in read_safetensors_header(file).values():
-            n = prod(int(d) for d in tensor.get("shape", []))
+        for tensor_name, tensor in read_safetensors_header(file).items():
+            try:
+                n = prod(int(d) for d in tensor.get("shape", []))
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise ModelFormatError(f"{file}: tensor {tensor_name} has a bad shape") from exc
             parameters += n
             tag = str(tensor.get("dtype", "?"))
             dtype_counts[tag] = dtype_counts.get(tag, 0) + n
@@ -160,5 +172,5 @@ def model_info(path: Path, name: str | None = None) -> ModelInfo:
             head_dim=_head_dim(config),
             vocab_size=int(config["vocab_size"]),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ModelFormatError(f"{path / 'config.json'} lacks a usable field: {exc}") from exc

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from spinkv import _native
 
 MAX_SEED = 2**64 - 1
+MAX_COUNT = 2**31 - 1
+"""Largest top_k / repeat_last_n (both are far beyond any vocabulary or context)."""
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,8 @@ class SamplingParams:
         if self.temperature < 0:
             raise _invalid("temperature", self.temperature, "must be >= 0 (0 means greedy)")
         _check_int("top_k", self.top_k)
-        if self.top_k < 0:
-            raise _invalid("top_k", self.top_k, "must be >= 0 (0 switches it off)")
+        if not 0 <= self.top_k <= MAX_COUNT:
+            raise _invalid("top_k", self.top_k, "must be in [0, 2**31 - 1] (0 switches it off)")
         _check_finite("top_p", self.top_p)
         if not 0 < self.top_p <= 1:
             raise _invalid("top_p", self.top_p, "must be in (0, 1] (1 switches it off)")
@@ -50,8 +52,8 @@ class SamplingParams:
                 "repetition_penalty", self.repetition_penalty, "must be > 0 (1 switches it off)"
             )
         _check_int("repeat_last_n", self.repeat_last_n)
-        if self.repeat_last_n < 0:
-            raise _invalid("repeat_last_n", self.repeat_last_n, "must be >= 0")
+        if not 0 <= self.repeat_last_n <= MAX_COUNT:
+            raise _invalid("repeat_last_n", self.repeat_last_n, "must be in [0, 2**31 - 1]")
         if self.seed is not None:
             _check_int("seed", self.seed)
             if not 0 <= self.seed <= MAX_SEED:
@@ -93,3 +95,20 @@ def _check_finite(name: str, value: object) -> None:
 def _check_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _invalid(name, value, "must be an integer")
+
+
+CHAT_DEFAULTS = SamplingParams(
+    temperature=0.8, top_k=40, top_p=0.9, min_p=0.0, repetition_penalty=1.1, repeat_last_n=64
+)
+"""What `spinkv run` and `spinkv chat` sample with unless told otherwise: ollama's defaults.
+Greedy decoding without a repetition penalty loops on ordinary questions with small models
+(benches/sampling_loops.py measures how often; README "Sampling")."""
+
+
+def sampling_with(given: dict[str, Any], base: SamplingParams = CHAT_DEFAULTS) -> SamplingParams:
+    """base overridden by the settings in given (None values are ignored). A temperature of
+    0 asks for exact greedy decoding: then the repetition penalty is off unless given too."""
+    chosen = {key: value for key, value in given.items() if value is not None}
+    if chosen.get("temperature") == 0 and "repetition_penalty" not in chosen:
+        chosen["repetition_penalty"] = 1.0
+    return SamplingParams(**{**base.to_dict(), **chosen})

@@ -5,7 +5,11 @@ A session file (format in docs/SESSIONS.md) holds the cache identity record, the
 the KV pages as they are. Files are replaced atomically (temp file + ``os.replace``) under an
 ``flock`` on ``.NAME.spkv.lock``, so two processes saving one session never corrupt it: a
 reader sees the old file or the new one. Restoring takes the same lock (shared), so the
-transcript and the pages it reads belong together.
+transcript and the pages it reads belong together. A chat bound to a session holds a lease on
+it (``.NAME.spkv.owner``) for its whole life, so a second chat on the same session is refused
+instead of silently dropping the first one's turns. A file is only replaced by one of its own
+kind (chat session or prompt cache), and never when it cannot be read; only regular files are
+opened (a FIFO would block).
 
 The identity inputs computed here: the tokenizer hash (tokenizer.json and the special-token
 ids) and the chat-template hash (template source and its bos/eos strings). The runtime adds
@@ -16,33 +20,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
-import secrets
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from spinkv.errors import InvalidInputError, SpinkvError
+from spinkv.errors import (
+    InvalidInputError,
+    SessionFileError,
+    SessionPagesError,
+    SpinkvError,
+)
+from spinkv.files import Lease, locked, require_regular_file, write_atomic
 from spinkv.kv_options import DEFAULT_KV_PRESET
+from spinkv.names import check_name as check_store_name
 
 if TYPE_CHECKING:
     from spinkv.api import ChatSession
     from spinkv.chat_template import ChatTemplate
     from spinkv.tokenizer import Tokenizer
 
-try:
-    import fcntl
-except ImportError:  # not POSIX: atomic replacement still holds, writers are not serialised
-    fcntl = None  # type: ignore[assignment]
-
 SUFFIX = ".spkv"
 TRANSCRIPT_FORMAT = "spinkv-transcript"
 TRANSCRIPT_VERSION = 1
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 ExportFormat = Literal["markdown", "json"]
 
@@ -131,6 +132,8 @@ class Transcript:
             record = json.loads(text)
         except ValueError as exc:
             raise bad(f"invalid JSON ({exc})") from exc
+        except RecursionError:
+            raise bad("JSON nested too deeply") from None
         if not isinstance(record, dict) or record.get("format") != TRANSCRIPT_FORMAT:
             raise bad("no spinkv-transcript format tag")
         if record.get("version") != TRANSCRIPT_VERSION:
@@ -171,6 +174,7 @@ def read_transcript(path: Path) -> tuple[Transcript, dict[str, Any]]:
     (`read_session`: identity, sizes). Raises the runtime's SessionFileError if unreadable."""
     from spinkv import _native
 
+    require_regular_file(Path(path), "session file")
     header = dict(_native.read_session(str(path)))
     return Transcript.from_json(header["transcript"], origin=f"session file {path}"), header
 
@@ -185,11 +189,9 @@ def sessions_dir() -> Path:
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name.endswith(SUFFIX):
-        raise InvalidInputError(
-            f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' "
-            "(up to 100, starting with a letter or digit)"
-        )
+    check_store_name(name, "session")
+    if name.endswith(SUFFIX):
+        raise InvalidInputError(f"invalid session name {name!r}: leave out the {SUFFIX} suffix")
     return name
 
 
@@ -199,54 +201,10 @@ def session_path(name: str) -> Path:
 
 def existing_session(name: str) -> Path:
     path = session_path(name)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         known = ", ".join(s.name for s in list_sessions()) or "none saved yet"
         raise SessionNotFoundError(f"no session named {name!r} ({known})")
     return path
-
-
-@contextmanager
-def locked(path: Path, *, exclusive: bool) -> Iterator[None]:
-    """flock on `.NAME.lock` beside path: exclusive for writers, shared for readers."""
-    if fcntl is None:
-        yield
-        return
-    lock_path = path.parent / f".{path.name}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """write(temp_path) then rename over path, under the exclusive lock. A crash or an error
-    leaves the old file (and no temp file) behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path, exclusive=True):
-        tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        try:
-            write(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -285,7 +243,7 @@ def session_info(path: Path) -> SessionInfo:
     size = path.stat().st_size if path.is_file() else 0
     try:
         transcript, header = read_transcript(path)
-    except (_native.SpinkvError, SpinkvError, OSError) as exc:
+    except (_native.SpinkvError, SpinkvError, OSError, RecursionError, MemoryError) as exc:
         return SessionInfo(name, path, size, error=" ".join(str(exc).split()))
     return SessionInfo(
         name=name,
@@ -317,7 +275,7 @@ def show_session(name: str) -> dict[str, Any]:
     transcript, header = read_transcript(path)
     verified = dict(_native.read_session(str(path), verify=True))
     if not verified.get("intact", False):
-        raise _native.SessionPagesError(
+        raise SessionPagesError(
             f"session file {path} has damaged KV pages (checksum mismatch); its transcript is "
             f"intact: `spinkv sessions export {name}` recovers it and `spinkv chat --session "
             f"{name}` re-prefills it"
@@ -338,7 +296,9 @@ def export_transcript(name: str, fmt: ExportFormat = "markdown") -> str:
     """The conversation of a session as Markdown or JSON (the transcript record)."""
     transcript, _ = read_transcript(existing_session(name))
     if fmt == "json":
-        return json.dumps(json.loads(transcript.to_json()), indent=2, ensure_ascii=False) + "\n"
+        record = json.loads(transcript.to_json())
+        record["kv"] = record.get("kv") or {"preset": transcript.preset}  # None = the default
+        return json.dumps(record, indent=2, ensure_ascii=False) + "\n"
     if fmt != "markdown":
         raise InvalidInputError(f"unknown export format {fmt!r}: markdown or json")
     lines = [f"# {name}", ""]
@@ -357,11 +317,56 @@ def export_transcript(name: str, fmt: ExportFormat = "markdown") -> str:
 
 
 def remove_session(name: str) -> Path:
+    """Delete a saved session; refused while a chat in another process has it open."""
     path = existing_session(name)
-    with locked(path, exclusive=True):
+    with Lease(path, f"session {name}"), locked(path, exclusive=True):
         path.unlink()
-    (path.parent / f".{path.name}.lock").unlink(missing_ok=True)
+    for helper in (f".{path.name}.lock", f".{path.name}.owner"):
+        (path.parent / helper).unlink(missing_ok=True)
     return path
+
+
+def claim_session(name: str) -> Lease:
+    """Claim session `name` for this process (a chat that autosaves to it). While held, a
+    chat elsewhere cannot bind the same session, so neither can silently drop the other's
+    turns; SessionBusyError says which process holds it."""
+    return Lease(session_path(name), f"session {name}")
+
+
+def _refuse_other_kinds(kind: str) -> Callable[[Path], None]:
+    """A check_existing for write_atomic: the file being replaced must be a readable session
+    file of the same kind (a chat is never overwritten by a prompt cache or the reverse, and
+    an unreadable file is never replaced: it may be something else the user named)."""
+
+    def check(path: Path) -> None:
+        try:
+            transcript, _ = read_transcript(path)
+        except (SpinkvError, OSError) as exc:
+            raise SessionFileError(
+                f"{path} exists and is not a readable spinkv session ({describe_briefly(exc)}); "
+                "it was not overwritten"
+            ) from None
+        if transcript.kind != kind:
+            raise InvalidInputError(
+                f"{path} holds a {_kind_name(transcript)}, not a {_KIND_NAMES.get(kind, kind)}; "
+                "it was not overwritten: choose another file"
+            )
+
+    return check
+
+
+_KIND_NAMES = {"chat": "chat session", "prompt": "prompt cache"}
+
+
+def _kind_name(transcript: Transcript) -> str:
+    name = _KIND_NAMES.get(transcript.kind, f"{transcript.kind!r} file")
+    if transcript.kind == "chat":
+        name += f" of {transcript.turns} turn{'s' if transcript.turns != 1 else ''}"
+    return name
+
+
+def describe_briefly(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 # ---- chats <-> files --------------------------------------------------------------------------
@@ -369,7 +374,7 @@ def remove_session(name: str) -> Path:
 
 def save_chat(chat: ChatSession, path: Path) -> int:
     """Writes chat (transcript + KV pages) to path atomically; returns the file size."""
-    write_atomic(path, chat.save)
+    write_atomic(path, chat.save, check_existing=_refuse_other_kinds("chat"))
     return path.stat().st_size
 
 
@@ -428,7 +433,8 @@ def open_prompt_cache(session: Any, identity_extra: Mapping[str, str], path: Pat
         if not cache.path.parent.is_dir():
             raise InvalidInputError(f"prompt cache directory {cache.path.parent} does not exist")
         return cache
-    _native.read_session(str(cache.path))  # unreadable: raises before any lock file is made
+    # Unreadable, or a file of another kind: raises before any lock file is made.
+    _refuse_other_kinds("prompt")(cache.path)
     with locked(cache.path, exclusive=False):
         try:
             session.load(str(cache.path), dict(identity_extra))
@@ -436,7 +442,7 @@ def open_prompt_cache(session: Any, identity_extra: Mapping[str, str], path: Pat
         except _native.IdentityMismatchError as exc:
             cache.status, cache.reason = "refused", str(exc)
             cache.fields = list(getattr(exc, "fields", []))
-        except _native.SessionPagesError as exc:
+        except SessionPagesError as exc:
             cache.status, cache.reason = "refused", str(exc)
     return cache
 
@@ -446,5 +452,7 @@ def save_prompt_cache(
 ) -> None:
     """Writes the session (prompt + reply) to path atomically, under the lock."""
     write_atomic(
-        Path(path), lambda tmp: session.save(str(tmp), transcript.to_json(), dict(identity_extra))
+        Path(path),
+        lambda tmp: session.save(str(tmp), transcript.to_json(), dict(identity_extra)),
+        check_existing=_refuse_other_kinds("prompt"),
     )

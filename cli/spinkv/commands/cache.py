@@ -128,9 +128,9 @@ def _cell(key: str, value: Any) -> str:
 def layers_table(stats: Mapping[str, Any]) -> Table:
     """One row per layer and a total row."""
     table = Table(title="KV cache by layer", title_justify="left", show_edge=False)
-    table.add_column("layer", justify="right")
+    table.add_column("layer", justify="right", overflow="fold")
     for _, header in COLUMNS:
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", overflow="fold")
     for i, layer in enumerate(stats["layers"]):
         table.add_row(str(i), *(_cell(k, layer.get(k)) for k, _ in COLUMNS))
     total = stats["total"]
@@ -159,8 +159,8 @@ def summary_table(stats: Mapping[str, Any], peak_rss: int | None) -> Table:
     if peak_rss is not None:
         rows["process peak RSS"] = format_bytes(peak_rss)
     table = Table(title="KV cache", title_justify="left", show_header=False, show_edge=False)
-    table.add_column("key", style="bold", no_wrap=True)
-    table.add_column("value")
+    table.add_column("key", style="bold", no_wrap=True, overflow="fold")
+    table.add_column("value", overflow="fold")
     for key, value in rows.items():
         table.add_row(key, value)
     return table
@@ -246,11 +246,11 @@ def stats_command(
     import spinkv.api as api
 
     loaded = api.load(model, threads=threads)
-    ids = text_token_ids(loaded, text, tokens)
-    if len(ids) > loaded.context_limit(kv_dict):
+    if tokens > loaded.context_limit(kv_dict):  # before a list of that many ids is built
         raise InvalidInputError(
-            f"--tokens {len(ids)} exceeds the context of {loaded.context_limit(kv_dict)}"
+            f"--tokens {tokens} exceeds the context of {loaded.context_limit(kv_dict)}"
         )
+    ids = text_token_ids(loaded, text, tokens)
     session = loaded.session(kv_dict)
     for lo in range(0, len(ids), PREFILL_CHUNK):
         session.prefill(ids[lo : lo + PREFILL_CHUNK])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
@@ -13,7 +14,7 @@ from spinkv.commands import options as opt
 from spinkv.commands.failures import describe, user_error_types
 from spinkv.commands.history import LineHistory
 from spinkv.commands.render import (
-    cache_stats_tables,
+    WordWrapper,
     key_value_table,
     print_error,
     print_note,
@@ -22,10 +23,11 @@ from spinkv.commands.render import (
     write_text,
 )
 from spinkv.errors import ContextOverflowError, InvalidInputError
-from spinkv.sampling import SamplingParams
+from spinkv.sampling import SamplingParams, sampling_with
 
 if TYPE_CHECKING:
     from spinkv.api import ChatSession, RestoreOutcome
+    from spinkv.files import Lease
     from spinkv.sessions import Transcript
 
 SessionOption = Annotated[
@@ -92,7 +94,13 @@ class ChatRepl:
     """Reads messages, streams replies, runs slash commands."""
 
     def __init__(
-        self, chat: ChatSession, *, quiet: bool, verbose: bool, session_name: str | None = None
+        self,
+        chat: ChatSession,
+        *,
+        quiet: bool,
+        verbose: bool,
+        session_name: str | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self.chat = chat
         self.quiet = quiet
@@ -101,6 +109,7 @@ class ChatRepl:
         self.replies = 0
         self.pending_interrupts = 0
         self.session_name = session_name
+        self.lease = lease  # this process's claim on session_name (see sessions.claim_session)
 
     def loop(self) -> None:
         if self.interactive and not self.quiet:
@@ -151,15 +160,23 @@ class ChatRepl:
         except user_error_types() as exc:
             print_error(describe(exc))
             return
+        out: Callable[[str], None] = write_text
+        wrapper = None
+        if sys.stdout.isatty():
+            wrapper = WordWrapper(shutil.get_terminal_size().columns)
+            out = wrapper
         try:
             for piece in stream:
-                write_text(piece)
+                out(piece)
         except KeyboardInterrupt:
             stream.close()
         except user_error_types() as exc:
             write_text("\n")
             print_error(describe(exc))
             return
+        finally:
+            if wrapper is not None:
+                wrapper.flush()
         result = stream.result
         if result.text and not result.text.endswith("\n"):
             write_text("\n")
@@ -175,15 +192,36 @@ class ChatRepl:
         if self.session_name is not None:
             self.save(self.session_name, quiet=True)
 
+    def bind(self, name: str) -> bool:
+        """Claim session `name` for this chat (releasing the previous one); False if another
+        process holds it (reported)."""
+        from spinkv.sessions import claim_session
+
+        if name == self.session_name and self.lease is not None:
+            return True
+        try:
+            lease = claim_session(name)
+        except user_error_types() as exc:
+            print_error(describe(exc))
+            return False
+        if self.lease is not None:
+            self.lease.release()
+        self.lease, self.session_name = lease, name
+        return True
+
     def save(self, name: str, *, quiet: bool = False) -> None:
         from spinkv.sessions import save_chat, session_path
 
+        previous = self.session_name
+        if not self.bind(name):
+            print_error(f"session {name} was not saved")
+            return
         try:
             size = save_chat(self.chat, session_path(name))
         except user_error_types() as exc:
             print_error(f"session {name} was not saved: {describe(exc)}")
+            self.rebind(previous)
             return
-        self.session_name = name
         if not quiet:
             print_note(f"saved session {name} ({self.chat.stats()['turns']} turns, {size:,} bytes)")
 
@@ -191,12 +229,30 @@ class ChatRepl:
         from spinkv.sessions import existing_session, restore_chat
 
         try:
-            outcome = restore_chat(self.chat, existing_session(name))
+            path = existing_session(name)
         except user_error_types() as exc:
             print_error(describe(exc))
             return
-        self.session_name = name
+        previous = self.session_name
+        if not self.bind(name):
+            return
+        try:
+            outcome = restore_chat(self.chat, path)
+        except user_error_types() as exc:
+            print_error(describe(exc))
+            self.rebind(previous)
+            return
         print_note(restore_note(name, outcome))
+
+    def rebind(self, previous: str | None) -> None:
+        """After a failed /save or /load: autosave where we were, not to the failed name."""
+        if previous == self.session_name:
+            return
+        if self.lease is not None:
+            self.lease.release()
+        self.session_name, self.lease = None, None
+        if previous is not None:
+            self.bind(previous)
 
     def list_sessions(self) -> None:
         from spinkv.commands.sessions import sessions_table
@@ -209,11 +265,18 @@ class ChatRepl:
             print_note("no saved sessions")
 
     def show_stats(self, *, per_layer: bool) -> None:
+        from spinkv.commands.cache import render_cache_stats
+
         stats = self.chat.stats()
-        conversation = {k: v for k, v in stats.items() if k != "cache"}
+        conversation = {
+            "turns": stats["turns"],
+            "tokens in cache": stats["cached_tokens"],
+            "tokens retired (slid out)": stats["retired_tokens"],
+            "context limit": stats["max_context"],
+            "when full": "slide (oldest pages retired)" if stats["sliding_window"] else "stop",
+        }
         stderr.print(key_value_table(conversation, title="conversation"))
-        for table in cache_stats_tables(stats["cache"], per_layer=per_layer):
-            stderr.print(table)
+        render_cache_stats(stats["cache"], stderr, per_layer=per_layer)
 
     def run_command(self, name: str, argument: str) -> bool:
         """Runs one slash command; False means leave."""
@@ -252,12 +315,12 @@ def chat(
     system: opt.SystemOption = None,
     max_tokens: opt.MaxTokensOption = 1024,
     threads: opt.ThreadsOption = None,
-    temperature: opt.TemperatureOption = opt.DEFAULTS.temperature,
-    top_k: opt.TopKOption = opt.DEFAULTS.top_k,
-    top_p: opt.TopPOption = opt.DEFAULTS.top_p,
-    min_p: opt.MinPOption = opt.DEFAULTS.min_p,
-    repeat_penalty: opt.RepeatPenaltyOption = opt.DEFAULTS.repetition_penalty,
-    repeat_last_n: opt.RepeatLastNOption = opt.DEFAULTS.repeat_last_n,
+    temperature: opt.TemperatureOption = None,
+    top_k: opt.TopKOption = None,
+    top_p: opt.TopPOption = None,
+    min_p: opt.MinPOption = None,
+    repeat_penalty: opt.RepeatPenaltyOption = None,
+    repeat_last_n: opt.RepeatLastNOption = None,
     seed: opt.SeedOption = None,
     kv: opt.KvPresetOption = None,
     k_bits: opt.KBitsOption = None,
@@ -272,7 +335,7 @@ def chat(
     verbose: opt.VerboseOption = False,
 ) -> None:
     """Chat with a model; the KV cache is kept between turns. /help lists the commands."""
-    sampling = opt.sampling_from_flags(
+    given_sampling = opt.sampling_flags(
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
@@ -281,6 +344,7 @@ def chat(
         repeat_last_n=repeat_last_n,
         seed=seed,
     )
+    sampling = sampling_with(given_sampling)
     kv_dict = opt.kv_from_flags(
         preset=kv,
         k_bits=k_bits,
@@ -293,13 +357,15 @@ def chat(
     opt.force_isa(isa)
     saved: Transcript | None = None
     path: Path | None = None
+    lease: Lease | None = None
     if session is not None:
-        from spinkv.sessions import read_transcript, session_path
+        from spinkv.sessions import claim_session, read_transcript, session_path
 
         path = session_path(session)
+        lease = claim_session(session)  # held until this process ends
         if path.exists() or path.is_symlink():
             saved, _ = read_transcript(path)  # unreadable: exit 2, the file stays as it is
-            model, kv_dict, sampling = resume_settings(saved, model, kv_dict, sampling)
+            model, kv_dict, sampling = resume_settings(saved, model, kv_dict, given_sampling)
 
     import spinkv.api as api
 
@@ -316,16 +382,20 @@ def chat(
         if not quiet or not outcome.reused:
             print_note(restore_note(session, outcome))
     with LineHistory.for_chat(enabled=sys.stdin.isatty()):
-        ChatRepl(chat_session, quiet=quiet, verbose=verbose, session_name=session).loop()
+        repl = ChatRepl(
+            chat_session, quiet=quiet, verbose=verbose, session_name=session, lease=lease
+        )
+        repl.loop()
 
 
 def resume_settings(
     saved: Transcript,
     model: str | None,
     kv: dict[str, Any] | None,
-    sampling: SamplingParams,
+    given_sampling: dict[str, Any],
 ) -> tuple[str | None, dict[str, Any] | None, SamplingParams]:
-    """A resumed session's model, KV options and sampler settings, overridden by flags."""
+    """A resumed session's model, KV options and sampler settings, overridden by flags
+    (given_sampling: the sampling flags given, by SamplingParams field name)."""
     if model is None:
         recorded = saved.model.get("path")
         if isinstance(recorded, str) and Path(recorded).is_dir():
@@ -334,9 +404,10 @@ def resume_settings(
             print_note(f"the session's model {saved.model['name']} is gone: using the default")
     if saved.kv:
         kv = {**saved.kv, **(kv or {})}
-    if sampling == SamplingParams() and saved.sampling:
+    sampling = sampling_with(given_sampling)
+    if saved.sampling:
         with contextlib.suppress(TypeError, ValueError, InvalidInputError):
-            sampling = SamplingParams(**saved.sampling)
+            sampling = sampling_with(given_sampling, base=SamplingParams(**saved.sampling))
     return model, kv, sampling
 
 

@@ -270,7 +270,7 @@ def kld_table(kld: Mapping[str, Any]) -> Table:
     )
     table = Table(title=title, title_justify="left", show_edge=False)
     for name in ("arm", "KLD mean", "KLD p99", "top-1 %", "ppl", "Δppl %", "bits/ch"):
-        table.add_column(name, justify="left" if name == "arm" else "right")
+        table.add_column(name, justify="left" if name == "arm" else "right", overflow="fold")
     for arm in kld["arms"]:
         bits = arm["cache"].get("bits_per_channel")
         table.add_row(
@@ -291,11 +291,11 @@ def greedy_table(greedy: Mapping[str, Any]) -> Table:
         f"greedy agreement with fp16: {n_prompts} chat prompts, up to {greedy['gen_tokens']} tokens"
     )
     table = Table(title=title, title_justify="left", show_edge=False)
-    table.add_column("arm")
-    table.add_column("tokens to 1st divergence (mean)", justify="right")
-    table.add_column("min", justify="right")
-    table.add_column("identical", justify="right")
-    table.add_column("per prompt (agree/fp16 length)", justify="left")
+    table.add_column("arm", overflow="fold")
+    table.add_column("tokens to 1st divergence (mean)", justify="right", overflow="fold")
+    table.add_column("min", justify="right", overflow="fold")
+    table.add_column("identical", justify="right", overflow="fold")
+    table.add_column("per prompt (agree/fp16 length)", justify="left", overflow="fold")
     for arm in greedy["arms"]:
         per = " ".join(
             f"{p['arms'][arm['label']]['agree_tokens']}/{p['reference']['tokens']}"
@@ -316,10 +316,10 @@ def passkey_table(pk: Mapping[str, Any]) -> Table:
     if pk["skipped_depths"]:
         title += f"; skipped (beyond context): {', '.join(map(str, pk['skipped_depths']))}"
     table = Table(title=title, title_justify="left", show_edge=False)
-    table.add_column("depth", justify="right")
-    table.add_column("tokens", justify="right")
+    table.add_column("depth", justify="right", overflow="fold")
+    table.add_column("tokens", justify="right", overflow="fold")
     for label in pk["labels"]:
-        table.add_column(label, justify="center")
+        table.add_column(label, justify="center", overflow="fold")
     for row in pk["depths"]:
         cells = ["found" if row["results"][lab]["found"] else "MISSED" for lab in pk["labels"]]
         table.add_row(str(row["depth"]), str(row["prompt_tokens"]), *cells)

@@ -6,17 +6,18 @@ import os
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
-    """Errors caused by input, files or the machine: reported in one line, exit code 2."""
+    """Errors caused by input, files or the machine: reported in one line, exit code 2
+    (but see is_internal_error)."""
     from spinkv.errors import SpinkvError
 
-    known: list[type[BaseException]] = [SpinkvError, OSError, MemoryError]
-    try:
-        from spinkv import _native
+    return (SpinkvError, OSError, MemoryError)
 
-        known.append(_native.SpinkvError)
-    except ImportError:
-        pass
-    return tuple(known)
+
+def is_internal_error(exc: BaseException) -> bool:
+    """A caught Rust panic: a bug in spinkv, exit code 1, never blamed on the user."""
+    from spinkv.errors import InternalError
+
+    return isinstance(exc, InternalError)
 
 
 def describe(exc: BaseException) -> str:

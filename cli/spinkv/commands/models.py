@@ -111,7 +111,9 @@ def models_table(infos: list[Any]) -> Table:
         "KV/token fp16",
     ):
         table.add_column(
-            column, justify="right" if column not in ("name", "architecture") else "left"
+            column,
+            justify="right" if column not in ("name", "architecture") else "left",
+            overflow="fold",
         )
     for info in infos:
         table.add_row(

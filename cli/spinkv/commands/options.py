@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, Optional
 
 import typer
 
-from spinkv.errors import InvalidInputError
+from spinkv.errors import InvalidInputError, SpinkvError
 from spinkv.kv_options import kv_options
-from spinkv.sampling import SamplingParams
+from spinkv.sampling import CHAT_DEFAULTS, SamplingParams, sampling_with
 
 GENERATION = "Generation"
 SAMPLING = "Sampling"
 KV_CACHE = "KV cache"
 OUTPUT = "Output"
 
-DEFAULTS = SamplingParams()
+DEFAULTS = CHAT_DEFAULTS
 
 ModelOption = Annotated[
     Optional[str],
     typer.Option(
         "--model",
         "-m",
-        help="Model: a local HF directory, a name in the store, or an HF repo id "
-        "(default: SmolLM2-135M-Instruct).",
+        help="Model: a local HF directory, a name in the store, a .gguf file (imported into "
+        "the store) or an HF repo id org/name (default: SmolLM2-135M-Instruct).",
         show_default=False,
     ),
 ]
@@ -41,51 +42,73 @@ MaxTokensOption = Annotated[
     int,
     typer.Option("--max-tokens", "-n", help="Most tokens per reply.", rich_help_panel=GENERATION),
 ]
+MAX_THREADS = 1024
+
 ThreadsOption = Annotated[
     Optional[int],
     typer.Option(
         "--threads",
         "-t",
-        help="Threads for matrix work (default: all cores).",
+        help="Threads for matrix work, 1..1024 (default: all cores).",
         show_default=False,
+        min=1,
+        max=MAX_THREADS,
         rich_help_panel=GENERATION,
     ),
 ]
 TemperatureOption = Annotated[
-    float,
-    typer.Option("--temperature", help="0 is greedy.", rich_help_panel=SAMPLING),
+    Optional[float],
+    typer.Option(
+        "--temperature",
+        help=f"0 is exact greedy decoding (the repetition penalty is then off unless given). "
+        f"[default: {DEFAULTS.temperature}]",
+        show_default=False,
+        rich_help_panel=SAMPLING,
+    ),
 ]
 TopKOption = Annotated[
-    int,
+    Optional[int],
     typer.Option(
-        "--top-k", help="Keep the k likeliest tokens; 0 is off.", rich_help_panel=SAMPLING
+        "--top-k",
+        help=f"Keep the k likeliest tokens; 0 is off. [default: {DEFAULTS.top_k}]",
+        show_default=False,
+        rich_help_panel=SAMPLING,
     ),
 ]
 TopPOption = Annotated[
-    float,
+    Optional[float],
     typer.Option(
-        "--top-p", help="Nucleus sampling mass in (0, 1]; 1 is off.", rich_help_panel=SAMPLING
+        "--top-p",
+        help=f"Nucleus sampling mass in (0, 1]; 1 is off. [default: {DEFAULTS.top_p}]",
+        show_default=False,
+        rich_help_panel=SAMPLING,
     ),
 ]
 MinPOption = Annotated[
-    float,
+    Optional[float],
     typer.Option(
         "--min-p",
-        help="Drop tokens below min-p x the top probability; 0 is off.",
+        help=f"Drop tokens below min-p x the top probability; 0 is off. "
+        f"[default: {DEFAULTS.min_p}]",
+        show_default=False,
         rich_help_panel=SAMPLING,
     ),
 ]
 RepeatPenaltyOption = Annotated[
-    float,
+    Optional[float],
     typer.Option(
-        "--repeat-penalty", help="Repetition penalty; 1 is off.", rich_help_panel=SAMPLING
+        "--repeat-penalty",
+        help=f"Repetition penalty; 1 is off. [default: {DEFAULTS.repetition_penalty}]",
+        show_default=False,
+        rich_help_panel=SAMPLING,
     ),
 ]
 RepeatLastNOption = Annotated[
-    int,
+    Optional[int],
     typer.Option(
         "--repeat-last-n",
-        help="Recent tokens the repetition penalty sees.",
+        help=f"Recent tokens the repetition penalty sees. [default: {DEFAULTS.repeat_last_n}]",
+        show_default=False,
         rich_help_panel=SAMPLING,
     ),
 ]
@@ -177,26 +200,34 @@ VerboseOption = Annotated[
 ]
 
 
-def sampling_from_flags(
+def sampling_flags(
     *,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    min_p: float,
-    repeat_penalty: float,
-    repeat_last_n: int,
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    min_p: float | None,
+    repeat_penalty: float | None,
+    repeat_last_n: int | None,
     seed: int | None,
-) -> SamplingParams:
-    """Validated sampling settings; raises InvalidInputError naming the bad value."""
-    return SamplingParams(
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repetition_penalty=repeat_penalty,
-        repeat_last_n=repeat_last_n,
-        seed=seed,
-    )
+) -> dict[str, Any]:
+    """The sampling settings given on the command line (SamplingParams field names; flags
+    not given are left out)."""
+    given = {
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+        "repetition_penalty": repeat_penalty,
+        "repeat_last_n": repeat_last_n,
+        "seed": seed,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def sampling_from_flags(**flags: Any) -> SamplingParams:
+    """Validated sampling settings: the chat defaults overridden by the flags given; raises
+    InvalidInputError naming a bad value."""
+    return sampling_with(sampling_flags(**flags))
 
 
 def kv_from_flags(
@@ -222,12 +253,17 @@ def kv_from_flags(
 
 
 def force_isa(name: str | None) -> None:
-    """Select the kernels' instruction set for this process (--isa); None keeps the default."""
+    """Select the kernels' instruction set for this process (--isa). None keeps the default:
+    SPINKV_ISA if set (an ISA this CPU lacks is an error, as for --isa), else the best."""
+    source = "--isa"
+    if name is None:
+        name = os.environ.get("SPINKV_ISA", "").strip() or None
+        source = "SPINKV_ISA"
     if name is None:
         return
     from spinkv import _native
 
     try:
         _native.set_isa(name)
-    except _native.SpinkvError as exc:
-        raise InvalidInputError(f"--isa {name}: {exc}") from None
+    except SpinkvError as exc:
+        raise InvalidInputError(f"{source} {name}: {exc}") from None

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
+from rich.cells import cell_len
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from spinkv.generation import GenerationResult
+from spinkv.progress import Steps
 from spinkv.timing import GenerationTimings
 
 PIPED_WIDTH = 160
@@ -19,9 +32,15 @@ PIPED_WIDTH = 160
 
 def make_console(*, stderr: bool = False) -> Console:
     console = Console(stderr=stderr, soft_wrap=True, highlight=False)
-    if not console.is_terminal:
+    if not console.is_terminal and not _columns_from_environment():
         console.width = PIPED_WIDTH
     return console
+
+
+def _columns_from_environment() -> int | None:
+    """$COLUMNS when it is a positive number (rich already sizes the console from it)."""
+    value = os.environ.get("COLUMNS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 stderr = make_console(stderr=True)
@@ -42,6 +61,53 @@ def write_text(piece: str) -> None:
     """Model output, unstyled and unwrapped, straight to stdout."""
     sys.stdout.write(piece)
     sys.stdout.flush()
+
+
+class WordWrapper:
+    """Streams text to a terminal wrapped at word boundaries (a terminal itself breaks lines
+    mid-word). A word is held back until the whitespace after it, so it is placed whole."""
+
+    def __init__(self, width: int, write: Callable[[str], None] = write_text) -> None:
+        self.width = max(width, 8)
+        self.write = write
+        self.column = 0
+        self.word = ""
+
+    def __call__(self, piece: str) -> None:
+        out: list[str] = []
+        for char in piece:
+            if char == "\n":
+                out += [self._place_word(), "\n"]
+                self.column = 0
+            elif char in " \t":
+                out.append(self._place_word())
+                if self.column < self.width:
+                    out.append(char)
+                    self.column += 1
+            else:
+                self.word += char
+        out.append(self._place_word() if cell_len(self.word) >= self.width else "")
+        text = "".join(out)
+        if text:
+            self.write(text)
+
+    def flush(self) -> None:
+        text = self._place_word()
+        if text:
+            self.write(text)
+
+    def _place_word(self) -> str:
+        word, self.word = self.word, ""
+        if not word:
+            return ""
+        size = cell_len(word)
+        prefix = ""
+        if self.column and self.column + size > self.width:
+            prefix, self.column = "\n", 0
+        self.column = (
+            (self.column + size) % self.width if size >= self.width else self.column + size
+        )
+        return prefix + word
 
 
 def format_ms(ms: float | None) -> str:
@@ -94,6 +160,8 @@ def timing_line(result: GenerationResult, *, show_load: bool = True) -> str:
     if t.decode_tok_per_s is not None:
         decode += f" ({format_rate(t.decode_tok_per_s)})"
     parts = [f"load {format_ms(t.load_ms)}"] if show_load else []
+    if show_load and t.import_ms:
+        parts.insert(0, f"import {format_ms(t.import_ms)}")
     parts += [
         f"tokenize {format_ms(t.tokenize_ms)}",
         prefill,
@@ -119,9 +187,9 @@ FINISH_NOTES = {
 def breakdown_table(t: GenerationTimings) -> Table:
     """Where the forward passes spent their time (runtime timers)."""
     table = Table(title="runtime time by kind", title_justify="left", show_edge=False)
-    table.add_column("kind")
-    table.add_column("ms", justify="right")
-    table.add_column("share", justify="right")
+    table.add_column("kind", overflow="fold")
+    table.add_column("ms", justify="right", overflow="fold")
+    table.add_column("share", justify="right", overflow="fold")
     kinds = {"attention": t.attention_ms, "matmul": t.matmul_ms, "other": t.other_ms}
     known = [v for v in kinds.values() if v is not None]
     total = sum(known)
@@ -139,8 +207,8 @@ def print_timings(result: GenerationResult, *, verbose: bool, show_load: bool = 
 
 def key_value_table(rows: Mapping[str, Any], title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left", show_header=False, show_edge=False)
-    table.add_column("key", style="bold", no_wrap=True)
-    table.add_column("value")
+    table.add_column("key", style="bold", no_wrap=True, overflow="fold")
+    table.add_column("value", overflow="fold")
     for key, value in rows.items():
         table.add_row(str(key).replace("_", " "), _cell(key, value))
     return table
@@ -156,27 +224,13 @@ def records_table(
         columns += [key for key in record if key not in columns]
     table = Table(title=title, title_justify="left", show_edge=False)
     if index:
-        table.add_column(index, justify="right")
+        table.add_column(index, justify="right", overflow="fold")
     for column in columns:
-        table.add_column(column.replace("_", " "), justify="right")
+        table.add_column(column.replace("_", " "), justify="right", overflow="fold")
     for i, record in enumerate(records):
         cells = [_cell(column, record.get(column)) for column in columns]
         table.add_row(*([Text(str(i))] if index else []), *cells)
     return table
-
-
-def cache_stats_tables(stats: Mapping[str, Any], *, per_layer: bool = False) -> list[Table]:
-    """The runtime's cache statistics: the scalar figures, the all-layer total and, if
-    per_layer, one row per layer. Keys ending in _bytes are shown as sizes."""
-    scalars = {k: v for k, v in stats.items() if not isinstance(v, (Mapping, list))}
-    tables = [key_value_table(scalars, title="KV cache")]
-    total = stats.get("total")
-    if isinstance(total, Mapping):
-        tables.append(key_value_table(total, title="all layers"))
-    layers = stats.get("layers")
-    if per_layer and isinstance(layers, list) and layers:
-        tables.append(records_table(layers, title="per layer", index="layer"))
-    return tables
 
 
 def _cell(key: Any, value: Any) -> Text:
@@ -187,3 +241,45 @@ def _cell(key: Any, value: Any) -> Text:
     if isinstance(value, float):
         return Text(f"{value:.4g}")
     return Text(str(value))
+
+
+class RichSteps(Steps):
+    """Long library steps (model download, dequantize, write) as a rich progress bar on a
+    terminal; the store additions they make as a note either way."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+
+    def start(self, label: str, total: int | None = None) -> None:
+        if not self.console.is_terminal:
+            return
+        self.finish()
+        self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task(label, total=total)
+
+    def advance(self, units: int = 1) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.advance(self.task, units)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        self.bar, self.task = None, None
+
+    def imported(self, name: str, path: Path, size_bytes: int, seconds: float) -> None:
+        self.finish()
+        print_note(
+            f"added {name} to the model store ({format_bytes(size_bytes)}, "
+            f"{format_ms(seconds * 1000)}): {path} · `spinkv models rm {name}` removes it"
+        )

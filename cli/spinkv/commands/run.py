@@ -56,12 +56,12 @@ def run(
         bool,
         typer.Option("--raw", help="Tokenize the prompt as is, without the chat template."),
     ] = False,
-    temperature: opt.TemperatureOption = opt.DEFAULTS.temperature,
-    top_k: opt.TopKOption = opt.DEFAULTS.top_k,
-    top_p: opt.TopPOption = opt.DEFAULTS.top_p,
-    min_p: opt.MinPOption = opt.DEFAULTS.min_p,
-    repeat_penalty: opt.RepeatPenaltyOption = opt.DEFAULTS.repetition_penalty,
-    repeat_last_n: opt.RepeatLastNOption = opt.DEFAULTS.repeat_last_n,
+    temperature: opt.TemperatureOption = None,
+    top_k: opt.TopKOption = None,
+    top_p: opt.TopPOption = None,
+    min_p: opt.MinPOption = None,
+    repeat_penalty: opt.RepeatPenaltyOption = None,
+    repeat_last_n: opt.RepeatLastNOption = None,
     seed: opt.SeedOption = None,
     kv: opt.KvPresetOption = None,
     k_bits: opt.KBitsOption = None,
@@ -83,7 +83,7 @@ def run(
     quiet: opt.QuietOption = False,
     verbose: opt.VerboseOption = False,
 ) -> None:
-    """Generate one reply to PROMPT (greedy by default)."""
+    """Generate one reply to PROMPT (sampled like ollama by default; --temperature 0 is greedy)."""
     sampling = opt.sampling_from_flags(
         temperature=temperature,
         top_k=top_k,

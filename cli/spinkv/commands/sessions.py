@@ -108,7 +108,7 @@ def sessions_table(infos: Sequence[Any]) -> Table:
     table = Table(show_edge=False)
     for column in ("name", "model", "preset", "turns", "tokens", "size", "last used"):
         left = column in ("name", "model", "preset", "last used")
-        table.add_column(column, justify="left" if left else "right")
+        table.add_column(column, justify="left" if left else "right", overflow="fold")
     for info in infos:
         if info.error:
             problem = Text(f"unreadable: {info.error}", style="red")

@@ -220,6 +220,17 @@ impl KvConfig {
                 self.page_tokens
             ));
         }
+        // Pages and the staging buffers are sized kv_width x page_tokens; both factors fit u16,
+        // so the product cannot overflow, but it can still ask for terabytes per page.
+        let page_bytes = shape.kv_width() * self.page_tokens * 2 * 2;
+        if page_bytes > MAX_PAGE_BYTES {
+            return bad(format!(
+                "a page of {} tokens x {} K/V channels would take {page_bytes} bytes \
+                 (at most {MAX_PAGE_BYTES}): use fewer page_tokens",
+                self.page_tokens,
+                shape.kv_width()
+            ));
+        }
         if self.max_tokens == 0 || self.max_tokens > u32::MAX as usize {
             return bad(format!(
                 "max_tokens {} must be in 1..=2^32-1",
@@ -239,6 +250,9 @@ impl KvConfig {
         Ok(())
     }
 }
+
+/// Largest fp16 page (K and V of every KV head) a configuration may ask for.
+const MAX_PAGE_BYTES: usize = 1 << 30;
 
 fn half_bits(codec: KvCodecKind, what: &str, bits: f32) -> Result<u8, KvError> {
     let doubled = bits * 2.0;
@@ -260,4 +274,25 @@ fn half_bits(codec: KvCodecKind, what: &str, bits: f32) -> Result<u8, KvError> {
         )));
     }
     Ok(half as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_pages_are_a_config_error_not_an_allocation() {
+        let shape = KvShape {
+            n_layers: 1,
+            n_heads: 65_535,
+            n_kv_heads: 65_535,
+            head_dim: 256,
+        };
+        let config = KvConfig {
+            page_tokens: 65_535,
+            ..KvConfig::fp16()
+        };
+        let err = crate::KvCache::new(shape, config).unwrap_err();
+        assert!(matches!(err, KvError::InvalidConfig(ref m) if m.contains("page_tokens")));
+    }
 }

@@ -18,7 +18,10 @@ fn main() {
         std::process::exit(2);
     };
     let (depth, steps, runs) = (arg(&args, 2, 512), arg(&args, 3, 64), arg(&args, 4, 3));
-    set_threads(arg(&args, 5, 0));
+    if let Err(e) = set_threads(arg(&args, 5, 0)) {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
     let preset = std::env::var("SPINKV_KV").unwrap_or_else(|_| "fp16".into());
     let kv = match KvConfig::preset(&preset) {
         Ok(kv) => kv,

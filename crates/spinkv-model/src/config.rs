@@ -63,6 +63,51 @@ struct RawConfig {
     eos_token_id: Option<serde_json::Value>,
 }
 
+/// Positions are u32 in KV page headers.
+const MAX_POSITIONS: usize = u32::MAX as usize;
+
+/// serde_json's message, prefixed with the key whose value it could not take (its messages
+/// give a line and column only), and with a hint for NaN/Infinity, which JSON does not have.
+fn describe_json_error(text: &str, err: &serde_json::Error) -> String {
+    let key =
+        line_column_offset(text, err.line(), err.column()).and_then(|at| key_before(&text[..at]));
+    let Some((key, colon)) = key else {
+        return err.to_string();
+    };
+    let value = text[colon + 1..].trim_start();
+    match ["NaN", "Infinity", "-Infinity"]
+        .into_iter()
+        .find(|word| value.starts_with(word))
+    {
+        Some(word) => {
+            format!("{key} is {word}, which is not valid JSON (a finite number is required)")
+        }
+        None => format!("{key}: {err}"),
+    }
+}
+
+/// Byte offset of serde_json's 1-based line and column (the column counts bytes).
+fn line_column_offset(text: &str, line: usize, column: usize) -> Option<usize> {
+    let line_start = if line <= 1 {
+        0
+    } else {
+        text.match_indices('\n').nth(line - 2)?.0 + 1
+    };
+    let at = line_start.checked_add(column)?.min(text.len());
+    text.is_char_boundary(at).then_some(at)
+}
+
+/// The object key whose value ends `before` (`..."key": value` → `key`) and the offset of
+/// its colon, if it looks like one.
+fn key_before(before: &str) -> Option<(&str, usize)> {
+    let colon = before.rfind(':')?;
+    let quoted = before[..colon].trim_end().strip_suffix('"')?;
+    let open = quoted.rfind('"')?;
+    let key = &quoted[open + 1..];
+    let plain = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    plain.then_some((key, colon))
+}
+
 fn default_eps() -> f64 {
     1e-6
 }
@@ -94,7 +139,8 @@ impl LlamaConfig {
             path: Default::default(),
             reason,
         };
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let raw: RawConfig =
+            serde_json::from_str(text).map_err(|e| bad(describe_json_error(text, &e)))?;
 
         let architecture = match (&raw.architectures, &raw.model_type) {
             (Some(list), _) if !list.is_empty() => list[0].clone(),
@@ -127,15 +173,25 @@ impl LlamaConfig {
         let rope_linear_factor = parse_rope_scaling(raw.rope_scaling.as_ref())?;
 
         let num_key_value_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
-        if raw.hidden_size == 0
-            || raw.intermediate_size == 0
-            || raw.num_hidden_layers == 0
-            || raw.num_attention_heads == 0
-            || num_key_value_heads == 0
-            || raw.vocab_size == 0
-            || raw.max_position_embeddings == 0
-        {
-            return Err(bad("every size (hidden, intermediate, layers, heads, vocab, positions) must be positive".into()));
+        // Zero sizes first: every division and modulo below relies on them being positive.
+        for (key, value) in [
+            ("hidden_size", raw.hidden_size),
+            ("intermediate_size", raw.intermediate_size),
+            ("num_hidden_layers", raw.num_hidden_layers),
+            ("num_attention_heads", raw.num_attention_heads),
+            ("num_key_value_heads", num_key_value_heads),
+            ("vocab_size", raw.vocab_size),
+            ("max_position_embeddings", raw.max_position_embeddings),
+        ] {
+            if value == 0 {
+                return Err(bad(format!("{key} must be positive, got 0")));
+            }
+        }
+        if raw.max_position_embeddings > MAX_POSITIONS {
+            return Err(bad(format!(
+                "max_position_embeddings {} exceeds {MAX_POSITIONS} (positions are 32-bit)",
+                raw.max_position_embeddings
+            )));
         }
         if raw.num_attention_heads % num_key_value_heads != 0 {
             return Err(bad(format!(
@@ -160,15 +216,49 @@ impl LlamaConfig {
                 "head_dim {head_dim} must be even and positive (RoPE pairs)"
             )));
         }
-        if !(raw.rms_norm_eps.is_finite() && raw.rms_norm_eps >= 0.0) {
+        // Every weight matrix's byte size must be representable: the products are used to size
+        // and bounds-check buffers, where a wrapped value would be a wrong size.
+        let f32_bytes = |rows: Option<usize>, cols: usize| {
+            rows.and_then(|r| r.checked_mul(cols))
+                .and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))
+        };
+        let q_width = raw.num_attention_heads.checked_mul(head_dim);
+        let kv_width = num_key_value_heads.checked_mul(head_dim);
+        for (what, bytes) in [
+            (
+                "vocab_size x hidden_size",
+                f32_bytes(Some(raw.vocab_size), raw.hidden_size),
+            ),
+            (
+                "intermediate_size x hidden_size",
+                f32_bytes(Some(raw.intermediate_size), raw.hidden_size),
+            ),
+            (
+                "num_attention_heads x head_dim x hidden_size",
+                f32_bytes(q_width, raw.hidden_size),
+            ),
+            (
+                "num_key_value_heads x head_dim x hidden_size",
+                f32_bytes(kv_width, raw.hidden_size),
+            ),
+            (
+                "num_hidden_layers x num_key_value_heads x head_dim",
+                f32_bytes(kv_width, raw.num_hidden_layers),
+            ),
+        ] {
+            if bytes.is_none() {
+                return Err(bad(format!("{what} is too large")));
+            }
+        }
+        if !(raw.rms_norm_eps.is_finite() && raw.rms_norm_eps > 0.0) {
             return Err(bad(format!(
-                "rms_norm_eps {} must be finite and >= 0",
+                "rms_norm_eps {} must be a finite number > 0",
                 raw.rms_norm_eps
             )));
         }
         if !(raw.rope_theta.is_finite() && raw.rope_theta > 0.0) {
             return Err(bad(format!(
-                "rope_theta {} must be positive",
+                "rope_theta {} must be a finite number > 0",
                 raw.rope_theta
             )));
         }
@@ -325,5 +415,90 @@ mod tests {
         }
         assert!(LlamaConfig::from_json("{not json").is_err());
         assert!(LlamaConfig::from_json(r#"{"architectures":["LlamaForCausalLM"]}"#).is_err());
+    }
+
+    fn reason(text: &str) -> String {
+        match LlamaConfig::from_json(text) {
+            Err(ModelError::Config { reason, .. }) => reason,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_bad_value_is_named_in_one_line() {
+        for (key, value, expected) in [
+            (
+                "num_attention_heads",
+                "0",
+                "num_attention_heads must be positive",
+            ),
+            (
+                "num_key_value_heads",
+                "0",
+                "num_key_value_heads must be positive",
+            ),
+            (
+                "num_hidden_layers",
+                "0",
+                "num_hidden_layers must be positive",
+            ),
+            (
+                "max_position_embeddings",
+                "0",
+                "max_position_embeddings must be positive",
+            ),
+            (
+                "max_position_embeddings",
+                "4294967296",
+                "positions are 32-bit",
+            ),
+            (
+                "rms_norm_eps",
+                "-1",
+                "rms_norm_eps -1 must be a finite number > 0",
+            ),
+            (
+                "rms_norm_eps",
+                "0",
+                "rms_norm_eps 0 must be a finite number > 0",
+            ),
+            (
+                "rope_theta",
+                "0",
+                "rope_theta 0 must be a finite number > 0",
+            ),
+            (
+                "rope_theta",
+                "-1",
+                "rope_theta -1 must be a finite number > 0",
+            ),
+            ("rope_theta", "1e999", "rope_theta: "),
+            (
+                "rope_theta",
+                "NaN",
+                "rope_theta is NaN, which is not valid JSON",
+            ),
+            ("rms_norm_eps", "Infinity", "rms_norm_eps is Infinity"),
+            ("rms_norm_eps", "-Infinity", "rms_norm_eps is -Infinity"),
+            (
+                "num_hidden_layers",
+                "-1",
+                "num_hidden_layers: invalid value",
+            ),
+            (
+                "num_hidden_layers",
+                "18446744073709551616",
+                "num_hidden_layers: ",
+            ),
+            ("num_hidden_layers", "18446744073709551615", "too large"),
+            ("head_dim", "4611686018427387904", "too large"),
+            ("vocab_size", "4611686018427387904", "too large"),
+        ] {
+            // Splice the raw token in: serde_json::Value cannot hold NaN.
+            let text = with(key, r#""SPLICE""#).replace(r#""SPLICE""#, value);
+            let got = reason(&text);
+            assert!(got.contains(expected), "{key}={value}: {got}");
+            assert!(!got.contains('\n'), "{got}");
+        }
     }
 }

@@ -60,6 +60,10 @@ pub enum ModelError {
     NoLogits,
     #[error("invalid sampling parameter: {0}")]
     InvalidSampling(String),
+    #[error("invalid thread count: {0}")]
+    Threads(String),
+    #[error("too large: {0}")]
+    TooLarge(String),
     #[error("KV cache: {0}")]
     Kv(#[from] spinkv_kv::KvError),
 }

@@ -14,7 +14,7 @@ mod weights;
 pub use config::LlamaConfig;
 pub use error::ModelError;
 pub use model::Model;
-pub use parallel::{set_threads, threads};
+pub use parallel::{set_threads, threads, MAX_THREADS};
 pub use sampler::{Sampler, SamplerParams};
 pub use session::{Session, PREFILL_CHUNK};
 pub use timings::PhaseTimings;

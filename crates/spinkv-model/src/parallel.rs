@@ -10,51 +10,66 @@ use spinkv_kernels::{matmul, matvec, WeightRef};
 use std::ops::Range;
 use std::sync::{Arc, RwLock};
 
+use crate::error::ModelError;
+
 static POOL: RwLock<Option<Arc<ThreadPool>>> = RwLock::new(None);
+
+/// Most threads `set_threads` accepts. The kernels split rows into ~4 tasks per thread, so far
+/// more threads than cores only add fork-join and spin-wait overhead (1000 threads on 2 cores
+/// made a decode crawl); and asking the OS for billions of threads never returns.
+pub const MAX_THREADS: usize = 256;
 
 fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+        .min(MAX_THREADS)
 }
 
-fn build_pool(n: usize) -> Arc<ThreadPool> {
-    let n = if n == 0 { default_threads() } else { n };
-    let pool = ThreadPoolBuilder::new()
+fn build_pool(n: usize) -> Result<Arc<ThreadPool>, ModelError> {
+    ThreadPoolBuilder::new()
         .num_threads(n)
         .thread_name(|i| format!("spinkv-{i}"))
         .build()
-        // Building only fails when the OS refuses threads; one thread always works or nothing does.
-        .unwrap_or_else(|_| {
-            ThreadPoolBuilder::new()
-                .num_threads(1)
-                .build()
-                .expect("cannot start even one worker thread")
-        });
-    Arc::new(pool)
+        .map(Arc::new)
+        .map_err(|e| ModelError::Threads(format!("cannot start {n} worker threads: {e}")))
 }
 
-fn pool() -> Arc<ThreadPool> {
+fn pool() -> Result<Arc<ThreadPool>, ModelError> {
     if let Some(pool) = POOL.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        return pool.clone();
+        return Ok(pool.clone());
     }
     let mut slot = POOL.write().unwrap_or_else(|e| e.into_inner());
-    slot.get_or_insert_with(|| build_pool(0)).clone()
+    if let Some(pool) = slot.as_ref() {
+        return Ok(pool.clone());
+    }
+    // The default pool only fails when the OS refuses threads: one thread may still work.
+    let pool = build_pool(default_threads()).or_else(|_| build_pool(1))?;
+    Ok(slot.insert(pool).clone())
 }
 
-/// Size of the global compute pool; `0` means one thread per core (the default).
-/// Sessions pick up the new pool on their next call.
-pub fn set_threads(n: usize) {
-    *POOL.write().unwrap_or_else(|e| e.into_inner()) = Some(build_pool(n));
+/// Sets the size of the global compute pool; `0` means one thread per core (the default, at
+/// most [`MAX_THREADS`]). Sessions pick up the new pool on their next call. More than
+/// `MAX_THREADS`, or a pool the OS cannot start, is an error and the old pool stays.
+pub fn set_threads(n: usize) -> Result<(), ModelError> {
+    if n > MAX_THREADS {
+        return Err(ModelError::Threads(format!(
+            "{n} threads requested; spinkv uses at most {MAX_THREADS} (this machine has {} cores)",
+            default_threads()
+        )));
+    }
+    let pool = build_pool(if n == 0 { default_threads() } else { n })?;
+    *POOL.write().unwrap_or_else(|e| e.into_inner()) = Some(pool);
+    Ok(())
 }
 
-/// Threads in the global compute pool.
+/// Threads in the global compute pool (1 if it cannot be started).
 pub fn threads() -> usize {
-    pool().current_num_threads()
+    pool().map_or(1, |p| p.current_num_threads())
 }
 
-pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    pool().install(f)
+pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, ModelError> {
+    Ok(pool()?.install(f))
 }
 
 /// One matrix applied to a shared input: `out[t, :] = W · x[t, :]`, `out`: `[n_tokens, rows]`.

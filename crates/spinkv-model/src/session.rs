@@ -74,11 +74,20 @@ impl Session {
         let start_len = self.tokens.len();
         let started = Instant::now();
         let vocab = self.model.config().vocab_size;
-        let mut all = if all_logits {
-            Vec::with_capacity(tokens.len() * vocab)
-        } else {
-            Vec::new()
-        };
+        let mut all = Vec::new();
+        if all_logits {
+            // A sliding session accepts up to 2^32 tokens: their logits may not fit in memory,
+            // and an allocation failure would abort the process.
+            let too_large = || {
+                ModelError::TooLarge(format!(
+                    "logits for {} tokens x {vocab} vocabulary entries do not fit in memory; \
+                     prefill fewer tokens at a time",
+                    tokens.len()
+                ))
+            };
+            let floats = tokens.len().checked_mul(vocab).ok_or_else(too_large)?;
+            all.try_reserve_exact(floats).map_err(|_| too_large())?;
+        }
         let block_size = self.block_size();
         let n_chunks = tokens.len().div_ceil(block_size);
         let mut clock = ForwardClock::default();
@@ -119,6 +128,7 @@ impl Session {
                 }
                 Ok(())
             })
+            .and_then(|r| r)
         };
         if let Err(err) = result {
             self.rollback(start_len);
@@ -164,6 +174,7 @@ impl Session {
                 };
                 forward(model, cache, block, logits, scratch, &mut clock)
             })
+            .and_then(|r| r)
         };
         if let Err(err) = result {
             self.rollback(start_len);

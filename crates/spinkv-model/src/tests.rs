@@ -632,8 +632,59 @@ fn single_thread_pool_gives_the_same_logits() {
         s.prefill(&tokens, true).unwrap().unwrap()
     };
     let default = logits();
-    set_threads(1);
+    set_threads(1).unwrap();
     let one = logits();
-    set_threads(0);
+    set_threads(0).unwrap();
     assert_eq!(default, one);
+}
+
+/// config.json of the tiny model with `key` set to the raw JSON `value`.
+fn config_with(key: &str, value: &str) -> String {
+    let mut config: serde_json::Value = serde_json::from_str(&config_json(true)).unwrap();
+    config[key] = serde_json::Value::Null;
+    config
+        .to_string()
+        .replace(&format!("\"{key}\":null"), &format!("\"{key}\":{value}"))
+}
+
+#[test]
+fn a_layer_count_the_weights_do_not_have_is_refused_before_allocating() {
+    let dir = TempDir::new();
+    write_model(&dir.0, &tiny_tensors(false), Store::F32, true);
+    // u64::MAX used to panic "capacity overflow", 1e9 and 2^31 to abort on a ~440 GB
+    // allocation of per-layer records; 1 and 3 used to load (1 silently ignored a layer).
+    for layers in ["18446744073709551615", "1000000000", "2147483648", "1", "3"] {
+        std::fs::write(
+            dir.0.join("config.json"),
+            config_with("num_hidden_layers", layers),
+        )
+        .unwrap();
+        let err = load_err(&dir.0);
+        assert!(matches!(err, ModelError::Config { .. }), "{layers}: {err}");
+        assert!(
+            err.to_string().contains("num_hidden_layers"),
+            "{layers}: {err}"
+        );
+        assert!(!err.to_string().contains('\n'), "{err}");
+    }
+    let mut tensors = tiny_tensors(false);
+    tensors.retain(|name, _| !name.starts_with("model.layers.0."));
+    tensors.insert(
+        "model.layers.2.input_layernorm.weight".into(),
+        (vec![HIDDEN], vec![1.0; HIDDEN]),
+    );
+    write_model(&dir.0, &tensors, Store::F32, true);
+    let err = load_err(&dir.0);
+    assert!(err.to_string().contains("not 0 to N-1"), "{err}");
+}
+
+#[test]
+fn thread_counts_beyond_the_maximum_are_errors_and_keep_the_pool() {
+    let before = threads();
+    for n in [MAX_THREADS + 1, 1000, 99_999_999_999] {
+        let err = set_threads(n).unwrap_err();
+        assert!(matches!(err, ModelError::Threads(_)), "{err}");
+        assert!(err.to_string().contains("at most 256"), "{err}");
+    }
+    assert_eq!(threads(), before);
 }

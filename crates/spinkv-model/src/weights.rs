@@ -165,6 +165,9 @@ impl Weights {
         );
         let (q, kv) = (config.q_width(), config.kv_width());
         let embed_tokens = loader.matrix("model.embed_tokens.weight", v, h)?;
+        // Before the per-layer Vec: its capacity comes from config.json, which may claim
+        // billions of layers; the weights present are the truth.
+        check_layer_count(dir, &index, config.num_hidden_layers)?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
             let p = format!("model.layers.{i}");
@@ -246,8 +249,10 @@ impl Loader<'_> {
                 got: loc.shape.clone(),
             });
         }
-        let elements: usize = expected.iter().product();
-        if loc.end - loc.start != elements * dtype.size_bytes() {
+        let bytes = expected
+            .iter()
+            .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
+        if bytes != Some(loc.end - loc.start) {
             return Err(ModelError::Safetensors {
                 path: self.files[loc.shard].clone(),
                 reason: format!(
@@ -300,6 +305,38 @@ impl Loader<'_> {
             WeightDtype::F32 => bytemuck::pod_collect_to_vec::<u8, f32>(bytes),
         })
     }
+}
+
+/// The layer indices N of the `model.layers.N.*` tensors must be exactly 0..num_hidden_layers.
+fn check_layer_count(
+    dir: &Path,
+    index: &HashMap<String, TensorLocation>,
+    num_hidden_layers: usize,
+) -> Result<(), ModelError> {
+    let layers: BTreeSet<usize> = index
+        .keys()
+        .filter_map(|name| name.strip_prefix("model.layers."))
+        .filter_map(|rest| rest.split('.').next()?.parse().ok())
+        .collect();
+    let contiguous = layers.last().map_or(0, |last| last + 1) == layers.len();
+    if layers.len() == num_hidden_layers && contiguous {
+        return Ok(());
+    }
+    let found = match (layers.first(), layers.last()) {
+        (Some(first), Some(last)) if contiguous => format!(
+            "{} layers (model.layers.{first} to model.layers.{last})",
+            layers.len()
+        ),
+        (Some(_), Some(_)) => format!(
+            "layers numbered {:?}, not 0 to N-1",
+            layers.iter().take(8).collect::<Vec<_>>()
+        ),
+        _ => "no layers".to_string(),
+    };
+    Err(ModelError::Config {
+        path: dir.join("config.json"),
+        reason: format!("num_hidden_layers is {num_hidden_layers}, but the weights hold {found}"),
+    })
 }
 
 fn file_name(path: &Path) -> String {

@@ -1,114 +1,182 @@
 //! The one place where Rust errors and panics become Python exceptions.
 //!
-//! Hierarchy (all subclasses of `SpinkvError`, itself an `Exception`):
-//! `ModelFormatError` (bad or unsupported model files), `InvalidInputError` (bad arguments:
-//! sampling values, token ids, prompts longer than the context), `KvCacheError`, and
+//! The exception classes are defined once, in Python (`spinkv.errors`); this module imports
+//! them at module init and raises those very classes, so `except spinkv.SpinkvError` catches
+//! what comes from Rust and `_native.IdentityMismatchError is spinkv.errors.IdentityMismatchError`.
+//! Mapping: `ModelNotFoundError` (no model directory or weights), `ModelFormatError`
+//! (malformed model files), `UnsupportedError` (a well-formed model spinkv cannot run),
+//! `InvalidInputError` (bad arguments) and its subclass `ContextOverflowError`, `KvCacheError`,
 //! `InternalError` (a caught Rust panic — a bug, never the user's fault), and for session
-//! files: `SessionFileError` (unreadable: not a session, truncated, corrupt, from a newer
-//! spinkv), `SessionPagesError` (the transcript is intact but the KV pages are damaged) and
-//! `IdentityMismatchError` (the pages belong to another model, tokenizer, template, preset or
-//! runtime; its `fields` attribute lists the differing identity fields).
+//! files `SessionFileError`, `SessionPagesError` and `IdentityMismatchError` (its `fields`
+//! attribute lists the differing identity fields).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
 
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
 use spinkv_kv::KvError;
 use spinkv_model::ModelError;
 
-create_exception!(
-    _native,
-    SpinkvError,
-    PyException,
-    "Base of every spinkv error."
-);
-create_exception!(
-    _native,
-    ModelFormatError,
-    SpinkvError,
-    "A model file is missing, corrupt or unsupported."
-);
-create_exception!(
-    _native,
-    InvalidInputError,
-    SpinkvError,
-    "An argument is out of range or malformed."
-);
-create_exception!(
-    _native,
-    KvCacheError,
-    SpinkvError,
-    "The KV cache refused an operation."
-);
-create_exception!(
-    _native,
-    InternalError,
-    SpinkvError,
-    "A bug inside spinkv (a caught Rust panic)."
-);
-create_exception!(_native, SessionFileError, SpinkvError, "A session file cannot be read: not a session file, truncated, corrupt, or from a newer spinkv.");
-create_exception!(
-    _native,
-    SessionPagesError,
-    SpinkvError,
-    "A session file's transcript is intact but its KV pages cannot be used."
-);
-create_exception!(_native, IdentityMismatchError, SpinkvError, "A saved KV cache belongs to another model, tokenizer, template, cache policy or runtime; `fields` names what differs.");
+const ERRORS_MODULE: &str = "spinkv.errors";
 
+/// The exception classes of `spinkv.errors` that Rust raises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Spinkv,
+    ModelNotFound,
+    ModelFormat,
+    Unsupported,
+    InvalidInput,
+    ContextOverflow,
+    KvCache,
+    SessionFile,
+    SessionPages,
+    SessionBusy,
+    IdentityMismatch,
+    Internal,
+}
+
+impl Kind {
+    const ALL: [Kind; 12] = [
+        Kind::Spinkv,
+        Kind::ModelNotFound,
+        Kind::ModelFormat,
+        Kind::Unsupported,
+        Kind::InvalidInput,
+        Kind::ContextOverflow,
+        Kind::KvCache,
+        Kind::SessionFile,
+        Kind::SessionPages,
+        Kind::SessionBusy,
+        Kind::IdentityMismatch,
+        Kind::Internal,
+    ];
+
+    fn class_name(self) -> &'static str {
+        match self {
+            Kind::Spinkv => "SpinkvError",
+            Kind::ModelNotFound => "ModelNotFoundError",
+            Kind::ModelFormat => "ModelFormatError",
+            Kind::Unsupported => "UnsupportedError",
+            Kind::InvalidInput => "InvalidInputError",
+            Kind::ContextOverflow => "ContextOverflowError",
+            Kind::KvCache => "KvCacheError",
+            Kind::SessionFile => "SessionFileError",
+            Kind::SessionPages => "SessionPagesError",
+            Kind::SessionBusy => "SessionBusyError",
+            Kind::IdentityMismatch => "IdentityMismatchError",
+            Kind::Internal => "InternalError",
+        }
+    }
+
+    fn slot(self) -> &'static PyOnceLock<Py<PyType>> {
+        // One cell per class: the import happens once per process, at module init.
+        static CLASSES: [PyOnceLock<Py<PyType>>; 12] = [const { PyOnceLock::new() }; 12];
+        &CLASSES[self as usize]
+    }
+
+    fn class<'py>(self, py: Python<'py>) -> PyResult<&'py Bound<'py, PyType>> {
+        self.slot().import(py, ERRORS_MODULE, self.class_name())
+    }
+}
+
+/// A `kind` exception with `message`. Works with or without the GIL held (errors are built
+/// inside `py.detach` too): it attaches for the moment it takes to look up the class.
+pub fn new_error(kind: Kind, message: impl Into<String>) -> PyErr {
+    let message = message.into();
+    Python::attach(|py| match kind.class(py) {
+        Ok(class) => PyErr::from_type(class.clone(), (message,)),
+        Err(lookup) => lookup,
+    })
+}
+
+/// `IdentityMismatchError(message, fields)`: `fields` names the identity fields that differ.
+pub fn identity_mismatch(message: String, fields: Vec<&'static str>) -> PyErr {
+    Python::attach(|py| match Kind::IdentityMismatch.class(py) {
+        Ok(class) => PyErr::from_type(class.clone(), (message, fields)),
+        Err(lookup) => lookup,
+    })
+}
+
+/// Imports the classes (so a broken `spinkv.errors` fails the import of `_native`, not the
+/// first error), exposes them as `_native.<Name>`, and installs the quiet panic hook.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("SpinkvError", py.get_type::<SpinkvError>())?;
-    m.add("ModelFormatError", py.get_type::<ModelFormatError>())?;
-    m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;
-    m.add("KvCacheError", py.get_type::<KvCacheError>())?;
-    m.add("InternalError", py.get_type::<InternalError>())?;
-    m.add("SessionFileError", py.get_type::<SessionFileError>())?;
-    m.add("SessionPagesError", py.get_type::<SessionPagesError>())?;
-    m.add(
-        "IdentityMismatchError",
-        py.get_type::<IdentityMismatchError>(),
-    )?;
+    for kind in Kind::ALL {
+        m.add(kind.class_name(), kind.class(py)?)?;
+    }
+    install_panic_hook();
     Ok(())
+}
+
+/// `SPINKV_DEBUG` set to anything but "", "0", "false" or "no" (as the CLI reads it).
+fn debug_enabled() -> bool {
+    std::env::var("SPINKV_DEBUG").is_ok_and(|v| {
+        let v = v.trim().to_ascii_lowercase();
+        !matches!(v.as_str(), "" | "0" | "false" | "no")
+    })
+}
+
+/// Panics are caught by `guarded` and reported as `InternalError`; the default hook would
+/// first print "thread ... panicked at ..." (and maybe a backtrace) to stderr, which breaks
+/// the CLI's one-line errors. With SPINKV_DEBUG the default hook runs as before.
+fn install_panic_hook() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if debug_enabled() {
+                default_hook(info);
+            }
+        }));
+    });
 }
 
 pub fn model_error(err: ModelError) -> PyErr {
     let message = err.to_string();
-    match err {
-        ModelError::Kv(kv) => kv_error(kv),
-        ModelError::ContextOverflow { .. }
-        | ModelError::TokenOutOfRange { .. }
+    let kind = match err {
+        ModelError::Kv(kv) => return kv_error(kv),
+        ModelError::ContextOverflow { .. } => Kind::ContextOverflow,
+        ModelError::TokenOutOfRange { .. }
         | ModelError::EmptyPrompt
         | ModelError::NoLogits
-        | ModelError::InvalidSampling(_) => InvalidInputError::new_err(message),
-        ModelError::MissingDir(_)
-        | ModelError::Io { .. }
-        | ModelError::Config { .. }
-        | ModelError::UnsupportedArchitecture(_)
+        | ModelError::InvalidSampling(_)
+        | ModelError::Threads(_)
+        | ModelError::TooLarge(_) => Kind::InvalidInput,
+        ModelError::MissingDir(_) | ModelError::NoWeights(_) => Kind::ModelNotFound,
+        ModelError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Kind::ModelNotFound
+        }
+        ModelError::UnsupportedArchitecture(_)
         | ModelError::Unsupported(_)
-        | ModelError::NoWeights(_)
+        | ModelError::UnsupportedDtype { .. } => Kind::Unsupported,
+        ModelError::Io { .. }
+        | ModelError::Config { .. }
         | ModelError::Index { .. }
         | ModelError::Safetensors { .. }
         | ModelError::MissingTensor { .. }
-        | ModelError::UnsupportedDtype { .. }
-        | ModelError::ShapeMismatch { .. } => ModelFormatError::new_err(message),
-    }
+        | ModelError::ShapeMismatch { .. } => Kind::ModelFormat,
+    };
+    new_error(kind, message)
 }
 
 pub fn kv_error(err: KvError) -> PyErr {
-    match err {
-        KvError::InvalidConfig(_) | KvError::UnknownPreset(_) => {
-            InvalidInputError::new_err(err.to_string())
-        }
-        other => KvCacheError::new_err(other.to_string()),
-    }
+    let kind = match err {
+        KvError::InvalidConfig(_) | KvError::UnknownPreset(_) => Kind::InvalidInput,
+        KvError::ContextFull { .. } => Kind::ContextOverflow,
+        _ => Kind::KvCache,
+    };
+    new_error(kind, err.to_string())
 }
 
 pub fn invalid_input(message: impl Into<String>) -> PyErr {
-    InvalidInputError::new_err(message.into())
+    new_error(Kind::InvalidInput, message)
 }
 
-/// Runs `work` and turns a panic into `InternalError` instead of letting it unwind into Python.
+/// Runs `work` and turns a panic into `InternalError` instead of letting it unwind into
+/// Python (where pyo3 would raise `PanicException`, a `BaseException` nobody catches).
 pub fn guarded<T>(work: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(work)) {
         Ok(result) => result,
@@ -118,9 +186,10 @@ pub fn guarded<T>(work: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_string());
-            Err(InternalError::new_err(format!(
-                "internal error (please report): {detail}"
-            )))
+            Err(new_error(
+                Kind::Internal,
+                format!("internal error (please report): {detail}"),
+            ))
         }
     }
 }

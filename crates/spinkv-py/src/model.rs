@@ -19,6 +19,31 @@ pub struct PyModel {
     hash: ModelHashCell,
 }
 
+impl PyModel {
+    fn config_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.inner.config();
+        let d = PyDict::new(py);
+        d.set_item("n_layers", c.num_hidden_layers)?;
+        d.set_item("hidden_size", c.hidden_size)?;
+        d.set_item("intermediate_size", c.intermediate_size)?;
+        d.set_item("n_heads", c.num_attention_heads)?;
+        d.set_item("n_kv_heads", c.num_key_value_heads)?;
+        d.set_item("head_dim", c.head_dim)?;
+        d.set_item("vocab_size", c.vocab_size)?;
+        d.set_item("max_context", c.max_position_embeddings)?;
+        d.set_item("rope_theta", c.rope_theta)?;
+        d.set_item("tie_word_embeddings", c.tie_word_embeddings)?;
+        d.set_item("dtype", self.inner.dtype().name())?;
+        d.set_item("n_params", c.n_params())?;
+        d.set_item("file_bytes", self.inner.file_bytes())?;
+        d.set_item("kv_bytes_per_token_fp16", c.kv_bytes_per_token_fp16())?;
+        d.set_item("bos_token_id", c.bos_token_id)?;
+        d.set_item("eos_token_ids", c.eos_token_ids.clone())?;
+        d.set_item("architecture", c.architecture.clone())?;
+        Ok(d)
+    }
+}
+
 #[pymethods]
 impl PyModel {
     /// Memory-maps an HF-layout model directory (config.json + safetensors) and validates it.
@@ -42,35 +67,17 @@ impl PyModel {
     /// Architecture figures as a dict (see docs/ARCHITECTURE.md for the keys).
     #[getter]
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.inner.config();
-        let d = PyDict::new(py);
-        d.set_item("n_layers", c.num_hidden_layers)?;
-        d.set_item("hidden_size", c.hidden_size)?;
-        d.set_item("intermediate_size", c.intermediate_size)?;
-        d.set_item("n_heads", c.num_attention_heads)?;
-        d.set_item("n_kv_heads", c.num_key_value_heads)?;
-        d.set_item("head_dim", c.head_dim)?;
-        d.set_item("vocab_size", c.vocab_size)?;
-        d.set_item("max_context", c.max_position_embeddings)?;
-        d.set_item("rope_theta", c.rope_theta)?;
-        d.set_item("tie_word_embeddings", c.tie_word_embeddings)?;
-        d.set_item("dtype", self.inner.dtype().name())?;
-        d.set_item("n_params", c.n_params())?;
-        d.set_item("file_bytes", self.inner.file_bytes())?;
-        d.set_item("kv_bytes_per_token_fp16", c.kv_bytes_per_token_fp16())?;
-        d.set_item("bos_token_id", c.bos_token_id)?;
-        d.set_item("eos_token_ids", c.eos_token_ids.clone())?;
-        d.set_item("architecture", c.architecture.clone())?;
-        Ok(d)
+        guarded(|| self.config_dict(py))
     }
 
     /// A fresh conversation state with its own KV cache. `kv` selects the cache policy.
     #[pyo3(signature = (kv=None))]
     fn session(&self, kv: Option<&Bound<'_, PyDict>>) -> PyResult<PySession> {
         let context = self.inner.config().max_position_embeddings;
-        let config = kv_config_from_dict(kv, context)?;
-        let model = Arc::clone(&self.inner);
-        let inner = guarded(|| Session::new(model, config).map_err(model_error))?;
+        let inner = guarded(|| {
+            let config = kv_config_from_dict(kv, context)?;
+            Session::new(Arc::clone(&self.inner), config).map_err(model_error)
+        })?;
         Ok(PySession {
             inner,
             model_hash: Arc::clone(&self.hash),

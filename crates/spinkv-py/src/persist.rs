@@ -8,27 +8,41 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 use spinkv_kv::{CacheIdentity, Digest, IdentityInputs, KvCache};
 use spinkv_model::Session;
 use spinkv_session::{context_digest, runtime_build, SessionFileError, SessionHeader};
 
-use crate::errors::{
-    invalid_input, IdentityMismatchError, SessionFileError as PySessionFileError, SessionPagesError,
-};
+use crate::errors::{guarded, identity_mismatch, invalid_input, new_error, Kind};
 
 /// A model's content hash, computed at most once per loaded model (shared with its sessions).
 pub type ModelHashCell = Arc<OnceLock<Result<Digest, String>>>;
 
-/// The model hash, computing it on first use (cached on disk by size + mtime).
+fn hash_error(dir: &Path, err: std::io::Error) -> String {
+    format!("cannot hash the model in {}: {err}", dir.display())
+}
+
+/// The model hash, computing it on first use (cached on disk by size + mtime): the label of
+/// a cache being saved.
 pub fn model_hash(cell: &ModelHashCell, dir: &Path) -> PyResult<Digest> {
     cell.get_or_init(|| {
         spinkv_session::model_hash(dir)
             .map(|h| h.digest)
-            .map_err(|e| format!("cannot hash the model in {}: {e}", dir.display()))
+            .map_err(|e| hash_error(dir, e))
     })
     .clone()
-    .map_err(PySessionFileError::new_err)
+    .map_err(|message| new_error(Kind::SessionFile, message))
+}
+
+/// The model hash computed from the weights' bytes, for restoring pages: a cached hash keyed
+/// by size and mtime could let pages run on other weights. Also seeds `cell` when it is empty,
+/// so later saves carry the verified hash.
+pub fn verified_model_hash(cell: &ModelHashCell, dir: &Path) -> PyResult<Digest> {
+    let digest = spinkv_session::model_hash_verified(dir)
+        .map(|h| h.digest)
+        .map_err(|e| new_error(Kind::SessionFile, hash_error(dir, e)))?;
+    let _ = cell.set(Ok(digest));
+    Ok(digest)
 }
 
 /// Values of the identity the caller knows: `tokenizer_hash`, `chat_template_hash` (hex).
@@ -124,19 +138,12 @@ fn header_dict<'py>(py: Python<'py>, header: &SessionHeader) -> PyResult<Bound<'
 }
 
 /// The Python exception for a session-file problem at `path`.
-pub fn file_error(py: Python<'_>, path: &Path, err: SessionFileError) -> PyErr {
+pub fn file_error(path: &Path, err: SessionFileError) -> PyErr {
     let message = format!("session file {} {err}", path.display());
     match err {
-        SessionFileError::IdentityMismatch(fields) => {
-            let exc = IdentityMismatchError::new_err(message);
-            let fields = PyList::new(py, fields).map(|l| l.unbind());
-            if let Ok(fields) = fields {
-                let _ = exc.value(py).setattr("fields", fields);
-            }
-            exc
-        }
-        other if other.transcript_intact() => SessionPagesError::new_err(message),
-        _ => PySessionFileError::new_err(message),
+        SessionFileError::IdentityMismatch(fields) => identity_mismatch(message, fields),
+        other if other.transcript_intact() => new_error(Kind::SessionPages, message),
+        _ => new_error(Kind::SessionFile, message),
     }
 }
 
@@ -184,20 +191,22 @@ pub fn read_session<'py>(
     path: PathBuf,
     verify: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let result = py.detach(
-        || -> Result<(SessionHeader, Option<bool>), SessionFileError> {
-            let header = spinkv_session::read_header(&path)?;
-            let intact = if verify {
-                let bytes = std::fs::read(&path)?;
-                let (body, trailer) = bytes.split_at(bytes.len().saturating_sub(32));
-                Some(spinkv_session::digest(body) == trailer)
-            } else {
-                None
+    let (header, intact) = py.detach(|| {
+        guarded(|| {
+            let read = || -> Result<(SessionHeader, Option<bool>), SessionFileError> {
+                let header = spinkv_session::read_header(&path)?;
+                let intact = if verify {
+                    let bytes = std::fs::read(&path)?;
+                    let (body, trailer) = bytes.split_at(bytes.len().saturating_sub(32));
+                    Some(spinkv_session::digest(body) == trailer)
+                } else {
+                    None
+                };
+                Ok((header, intact))
             };
-            Ok((header, intact))
-        },
-    );
-    let (header, intact) = result.map_err(|e| file_error(py, &path, e))?;
+            read().map_err(|e| file_error(&path, e))
+        })
+    })?;
     let d = header_dict(py, &header)?;
     if let Some(intact) = intact {
         d.set_item("intact", intact)?;

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use spinkv_kernels::Isa;
 
-use crate::errors::{guarded, invalid_input};
+use crate::errors::{guarded, invalid_input, model_error};
 
 /// The instruction set the kernels use now ("scalar", "avx2", ...).
 #[pyfunction]
@@ -24,40 +24,57 @@ fn cpu_features() -> Vec<&'static str> {
 /// Forces an instruction set (benchmarking, parity checks); errors if the CPU lacks it.
 #[pyfunction]
 fn set_isa(name: &str) -> PyResult<()> {
-    spinkv_kernels::select_isa(name)
-        .map(|_| ())
-        .map_err(|e| invalid_input(e.to_string()))
+    guarded(|| {
+        spinkv_kernels::select_isa(name)
+            .map(|_| ())
+            .map_err(|e| invalid_input(e.to_string()))
+    })
 }
 
 /// The kernel benchmark cases (spinkv_kernels::bench: matvec, key/value scans from fp16 and
 /// turbo codes, encoding) on one ISA, one line per case; the ISA in use is restored after.
 #[pyfunction]
 fn kernel_bench(py: Python<'_>, name: &str) -> PyResult<Vec<String>> {
-    let before = spinkv_kernels::active_isa();
-    let isa = spinkv_kernels::select_isa(name).map_err(|e| invalid_input(e.to_string()))?;
-    let lines = py.detach(|| {
+    py.detach(|| {
         guarded(|| {
-            let origin = std::time::Instant::now();
-            let now = move || origin.elapsed().as_secs_f64() * 1e3;
-            Ok(spinkv_kernels::bench::run(isa, &now))
+            let before = spinkv_kernels::active_isa();
+            let isa = spinkv_kernels::select_isa(name).map_err(|e| invalid_input(e.to_string()))?;
+            let lines = guarded(|| {
+                let origin = std::time::Instant::now();
+                let now = move || origin.elapsed().as_secs_f64() * 1e3;
+                Ok(spinkv_kernels::bench::run(isa, &now))
+            });
+            // Restored even when the bench panicked.
+            spinkv_kernels::set_isa(before).map_err(|e| invalid_input(e.to_string()))?;
+            lines
         })
-    });
-    spinkv_kernels::set_isa(before).map_err(|e| invalid_input(e.to_string()))?;
-    lines
+    })
+}
+
+/// Threads of the compute pool, 1..=MAX_THREADS (256); the old pool stays on any error.
+#[pyfunction]
+fn set_threads(py: Python<'_>, n: &Bound<'_, PyAny>) -> PyResult<()> {
+    let max = spinkv_model::MAX_THREADS;
+    let n = n
+        .extract::<i64>()
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| {
+            invalid_input(format!("threads must be an integer in 1..={max}, got {n}"))
+        })?;
+    py.detach(|| guarded(|| spinkv_model::set_threads(n).map_err(model_error)))
 }
 
 #[pyfunction]
-fn set_threads(n: i64) -> PyResult<()> {
-    if n < 1 {
-        return Err(invalid_input(format!("threads must be >= 1, got {n}")));
-    }
-    spinkv_model::set_threads(n as usize);
-    Ok(())
+fn threads() -> PyResult<usize> {
+    guarded(|| Ok(spinkv_model::threads()))
 }
 
+/// Panics inside `guarded`, for tests of the panic path (InternalError, nothing on stderr).
 #[pyfunction]
-fn threads() -> usize {
-    spinkv_model::threads()
+fn _panic_for_tests(message: &str) -> PyResult<()> {
+    guarded(|| panic!("{message}"))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -67,5 +84,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel_bench, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
     m.add_function(wrap_pyfunction!(threads, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     Ok(())
 }

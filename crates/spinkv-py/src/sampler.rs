@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use spinkv_model::{Sampler, SamplerParams};
 
-use crate::errors::{invalid_input, model_error};
+use crate::errors::{guarded, invalid_input, model_error};
 
 #[pyclass(name = "Sampler", module = "spinkv._native")]
 pub struct PySampler {
@@ -22,8 +22,16 @@ impl PySampler {
         min_p: f32,
         repetition_penalty: f32,
         repeat_last_n: i64,
-        seed: Option<u64>,
+        seed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let seed = seed
+            .filter(|s| !s.is_none())
+            .map(|s| {
+                s.extract::<u64>().map_err(|_| {
+                    invalid_input(format!("seed must be an integer in 0..2^64, got {s}"))
+                })
+            })
+            .transpose()?;
         let count = |name: &str, n: i64| {
             usize::try_from(n).map_err(|_| invalid_input(format!("{name} must be >= 0, got {n}")))
         };
@@ -36,8 +44,7 @@ impl PySampler {
             repeat_last_n: count("repeat_last_n", repeat_last_n)?,
             seed,
         };
-        Ok(PySampler {
-            inner: Sampler::new(params).map_err(model_error)?,
-        })
+        let inner = guarded(|| Sampler::new(params).map_err(model_error))?;
+        Ok(PySampler { inner })
     }
 }

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyInt, PyString};
 use spinkv_kv::{CacheStats, LayerStats};
 use spinkv_model::Session;
 
-use crate::errors::{guarded, invalid_input, model_error, SessionPagesError};
+use crate::errors::{guarded, invalid_input, model_error, new_error, Kind};
 use crate::persist::{self, IdentityExtra, ModelHashCell};
 use crate::sampler::PySampler;
 
@@ -19,11 +19,56 @@ pub struct PySession {
     pub(crate) model_hash: ModelHashCell,
 }
 
-fn token_ids(tokens: Vec<i64>) -> PyResult<Vec<u32>> {
-    tokens
-        .into_iter()
-        .map(|t| u32::try_from(t).map_err(|_| invalid_input(format!("invalid token id {t}"))))
-        .collect()
+/// One token id from Python. Taken as any object, not `u32`, so that -1 or 2**70 is an
+/// InvalidInputError naming the id rather than pyo3's OverflowError.
+fn token_id(value: &Bound<'_, PyAny>, vocab_size: usize) -> PyResult<u32> {
+    let outside = |shown: String| {
+        invalid_input(format!(
+            "token id {shown} is outside the vocabulary (size {vocab_size})"
+        ))
+    };
+    match value.extract::<i64>() {
+        Ok(id) => u32::try_from(id)
+            .ok()
+            .filter(|&t| (t as usize) < vocab_size)
+            .ok_or_else(|| outside(id.to_string())),
+        // An int beyond i64 still has a value to show; anything else is not a token id.
+        Err(_) if value.is_instance_of::<PyInt>() => Err(outside(value.to_string())),
+        Err(_) => Err(invalid_input(format!(
+            "token ids must be integers, got {}",
+            value
+                .get_type()
+                .name()
+                .map_or_else(|_| "an object".to_string(), |n| n.to_string())
+        ))),
+    }
+}
+
+fn token_ids(tokens: &Bound<'_, PyAny>, vocab_size: usize) -> PyResult<Vec<u32>> {
+    if tokens.is_instance_of::<PyString>() {
+        return Err(invalid_input(
+            "token ids must be a sequence of integers, not a string",
+        ));
+    }
+    let items = tokens
+        .try_iter()
+        .map_err(|_| invalid_input("token ids must be a sequence of integers"))?;
+    items.map(|item| token_id(&item?, vocab_size)).collect()
+}
+
+/// A count from Python (a position, a number of tokens): negative or huge is InvalidInputError.
+fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    value
+        .extract::<i64>()
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| invalid_input(format!("{name} must be an integer >= 0, got {value}")))
+}
+
+impl PySession {
+    fn vocab_size(&self) -> usize {
+        self.inner.model().config().vocab_size
+    }
 }
 
 #[pymethods]
@@ -33,10 +78,10 @@ impl PySession {
     fn prefill<'py>(
         &mut self,
         py: Python<'py>,
-        tokens: Vec<i64>,
+        tokens: &Bound<'py, PyAny>,
         all_logits: bool,
     ) -> PyResult<Option<Bound<'py, PyArray2<f32>>>> {
-        let tokens = token_ids(tokens)?;
+        let tokens = token_ids(tokens, self.vocab_size())?;
         let n = tokens.len();
         let session = &mut self.inner;
         let logits =
@@ -52,8 +97,8 @@ impl PySession {
     }
 
     /// Appends one token (decode step) and computes its logits.
-    fn decode(&mut self, py: Python<'_>, token: i64) -> PyResult<()> {
-        let token = token_ids(vec![token])?[0];
+    fn decode(&mut self, py: Python<'_>, token: &Bound<'_, PyAny>) -> PyResult<()> {
+        let token = token_id(token, self.vocab_size())?;
         let session = &mut self.inner;
         py.detach(|| guarded(|| session.decode(token).map_err(model_error)))
     }
@@ -79,7 +124,8 @@ impl PySession {
     }
 
     /// Drops every token at position >= n (cache included).
-    fn truncate(&mut self, n: usize) -> PyResult<()> {
+    fn truncate(&mut self, n: &Bound<'_, PyAny>) -> PyResult<()> {
+        let n = count(n, "truncate position")?;
         let session = &mut self.inner;
         guarded(|| {
             session.truncate(n);
@@ -87,8 +133,12 @@ impl PySession {
         })
     }
 
-    fn reset(&mut self) {
-        self.inner.reset();
+    fn reset(&mut self) -> PyResult<()> {
+        let session = &mut self.inner;
+        guarded(|| {
+            session.reset();
+            Ok(())
+        })
     }
 
     /// Accumulated phase timings in milliseconds (and token counts).
@@ -134,31 +184,43 @@ impl PySession {
 
     /// KV cache accounting from the pages actually allocated: per layer and total.
     fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats_dict(py, &self.inner.cache_stats())
+        let session = &self.inner;
+        let stats = guarded(|| Ok(session.cache_stats()))?;
+        stats_dict(py, &stats)
     }
 
     // ---- lifecycle ----------------------------------------------------------------------
 
     /// Records the state a turn starts from (tokens, logits, KV pages): `rollback_turn()`
     /// returns to it exactly, `commit_turn()` keeps the turn.
-    fn checkpoint(&mut self) {
-        self.inner.checkpoint();
+    fn checkpoint(&mut self) -> PyResult<()> {
+        let session = &mut self.inner;
+        guarded(|| {
+            session.checkpoint();
+            Ok(())
+        })
     }
 
     /// Back to the last checkpoint; False when there is none.
-    fn rollback_turn(&mut self) -> bool {
-        self.inner.rollback_turn()
+    fn rollback_turn(&mut self) -> PyResult<bool> {
+        let session = &mut self.inner;
+        guarded(|| Ok(session.rollback_turn()))
     }
 
-    fn commit_turn(&mut self) {
-        self.inner.commit_turn();
+    fn commit_turn(&mut self) -> PyResult<()> {
+        let session = &mut self.inner;
+        guarded(|| {
+            session.commit_turn();
+            Ok(())
+        })
     }
 
     /// When on, a full cache retires its oldest pages after the first (the attention sink)
     /// instead of refusing tokens.
     #[pyo3(signature = (on=true))]
     fn set_sliding(&mut self, on: bool) -> PyResult<()> {
-        self.inner.set_sliding(on).map_err(model_error)
+        let session = &mut self.inner;
+        guarded(|| session.set_sliding(on).map_err(model_error))
     }
 
     #[getter]
@@ -179,26 +241,45 @@ impl PySession {
     }
 
     /// Pre-allocates cache pages for `tokens` tokens; the pools then grow geometrically.
-    fn reserve(&mut self, tokens: usize) {
-        self.inner.reserve(tokens);
+    /// More than the session's context is an error (nothing is allocated then).
+    fn reserve(&mut self, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let tokens = count(tokens, "reserve")?;
+        let max = self.inner.max_context();
+        if tokens > max {
+            return Err(new_error(
+                Kind::ContextOverflow,
+                format!("cannot reserve {tokens} tokens: the session holds at most {max}"),
+            ));
+        }
+        let session = &mut self.inner;
+        guarded(|| {
+            session.reserve(tokens);
+            Ok(())
+        })
     }
 
     /// Gives back free cache pages beyond the reservation (after `reset`).
-    fn trim_memory(&mut self) {
-        self.inner.trim_memory();
+    fn trim_memory(&mut self) -> PyResult<()> {
+        let session = &mut self.inner;
+        guarded(|| {
+            session.trim_memory();
+            Ok(())
+        })
     }
 
     /// blake3 (hex) of the tokens and the canonical KV snapshot: equal digests, equal state.
-    fn state_digest(&self, py: Python<'_>) -> String {
+    fn state_digest(&self, py: Python<'_>) -> PyResult<String> {
         let session = &self.inner;
         py.detach(|| {
-            let mut bytes: Vec<u8> = session
-                .tokens()
-                .iter()
-                .flat_map(|t| t.to_le_bytes())
-                .collect();
-            session.cache().export_snapshot(&mut bytes);
-            spinkv_kv::identity::hex(&spinkv_session::digest(&bytes))
+            guarded(|| {
+                let mut bytes: Vec<u8> = session
+                    .tokens()
+                    .iter()
+                    .flat_map(|t| t.to_le_bytes())
+                    .collect();
+                session.cache().export_snapshot(&mut bytes);
+                Ok(spinkv_kv::identity::hex(&spinkv_session::digest(&bytes)))
+            })
         })
     }
 
@@ -214,8 +295,14 @@ impl PySession {
     ) -> PyResult<Bound<'py, PyDict>> {
         let extra = IdentityExtra::from_dict(identity_extra)?;
         let (cell, dir) = (&self.model_hash, self.inner.model().dir());
-        let hash = py.detach(|| guarded(|| persist::model_hash(cell, dir)))?;
-        persist::identity_dict(py, &persist::identity_of(&self.inner, hash, &extra))
+        let session = &self.inner;
+        let identity = py.detach(|| {
+            guarded(|| {
+                let hash = persist::model_hash(cell, dir)?;
+                Ok(persist::identity_of(session, hash, &extra))
+            })
+        })?;
+        persist::identity_dict(py, &identity)
     }
 
     /// Writes this session (identity, `transcript` JSON text, tokens, KV pages as stored) to
@@ -253,20 +340,26 @@ impl PySession {
     ) -> PyResult<String> {
         let extra = IdentityExtra::from_dict(identity_extra)?;
         let (session, cell) = (&mut self.inner, &self.model_hash);
-        let checked = py.detach(|| {
+        py.detach(|| {
             guarded(|| {
-                let hash = persist::model_hash(cell, session.model().dir())?;
-                Ok(persist::load_checked(session, hash, &extra, &path))
+                // Pages are reused only on the weights that made them: the full content hash,
+                // never the size + mtime cache.
+                let hash = persist::verified_model_hash(cell, session.model().dir())?;
+                let (transcript, tokens, cache) =
+                    persist::load_checked(session, hash, &extra, &path)
+                        .map_err(|e| persist::file_error(&path, e))?;
+                session.restore(tokens, cache).map_err(|e| {
+                    new_error(
+                        Kind::SessionPages,
+                        format!(
+                            "session file {} cannot be restored into this session: {e}",
+                            path.display()
+                        ),
+                    )
+                })?;
+                Ok(transcript)
             })
-        })?;
-        let (transcript, tokens, cache) = checked.map_err(|e| persist::file_error(py, &path, e))?;
-        session.restore(tokens, cache).map_err(|e| {
-            SessionPagesError::new_err(format!(
-                "session file {} cannot be restored into this session: {e}",
-                path.display()
-            ))
-        })?;
-        Ok(transcript)
+        })
     }
 }
 

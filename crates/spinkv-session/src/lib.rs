@@ -14,7 +14,7 @@ pub use file::{
     read_header, restore, save_bytes, SessionFileError, SessionHeader, SessionState,
     FORMAT_VERSION, MAGIC,
 };
-pub use model_hash::{model_hash, ModelHash};
+pub use model_hash::{model_hash, model_hash_verified, ModelHash};
 
 use spinkv_kv::Digest;
 

@@ -107,14 +107,28 @@ fn write_cache(dir: &Path, digest: &Digest, keys: &[FileKey]) {
     }
 }
 
-/// The content hash of the model in `dir` (see the module doc).
+/// The content hash of the model in `dir` (see the module doc), from the cache file when it
+/// matches every file's name, size and mtime. Good enough to label a cache being saved; never
+/// enough to trust pages being restored (see [`model_hash_verified`]).
 pub fn model_hash(dir: &Path) -> io::Result<ModelHash> {
+    hash_dir(dir, true)
+}
+
+/// The content hash of the model in `dir`, always computed from the files' bytes (and the
+/// cache file refreshed). Size and mtime do not prove the content: weights replaced in place
+/// by others of the same size with the mtime put back would keep a stale cached hash, and
+/// a restore trusting it would run KV pages made by other weights.
+pub fn model_hash_verified(dir: &Path) -> io::Result<ModelHash> {
+    hash_dir(dir, false)
+}
+
+fn hash_dir(dir: &Path, use_cache: bool) -> io::Result<ModelHash> {
     let files = model_files(dir)?;
     let keys = files
         .iter()
         .map(|p| key_of(p))
         .collect::<io::Result<Vec<_>>>()?;
-    if let Some(digest) = read_cache(dir, &keys) {
+    if let Some(digest) = read_cache(dir, &keys).filter(|_| use_cache) {
         return Ok(ModelHash {
             digest,
             hashed_bytes: 0,
@@ -190,5 +204,35 @@ mod tests {
         for d in [dir, other, temp_dir("empty")] {
             let _ = fs::remove_dir_all(d);
         }
+    }
+
+    fn set_mtime(path: &Path, mtime: std::time::SystemTime) {
+        fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+    }
+
+    #[test]
+    fn verified_hash_sees_weights_replaced_with_the_same_size_and_mtime() {
+        let dir = temp_dir("same-size");
+        let weights = dir.join("model.safetensors");
+        fs::write(dir.join("config.json"), b"{}").unwrap();
+        fs::write(&weights, vec![1u8; 50_000]).unwrap();
+        let mtime = fs::metadata(&weights).unwrap().modified().unwrap();
+        let original = model_hash(&dir).unwrap();
+        fs::write(&weights, vec![2u8; 50_000]).unwrap();
+        set_mtime(&weights, mtime);
+        // The cache cannot tell: same name, size and mtime.
+        let cached = model_hash(&dir).unwrap();
+        assert!(cached.from_cache && cached.digest == original.digest);
+        let verified = model_hash_verified(&dir).unwrap();
+        assert!(!verified.from_cache && verified.hashed_bytes == 50_002);
+        assert_ne!(verified.digest, original.digest);
+        // ... and the cache now holds the true hash.
+        assert_eq!(model_hash(&dir).unwrap().digest, verified.digest);
+        let _ = fs::remove_dir_all(dir);
     }
 }

@@ -1,0 +1,62 @@
+"""What the end-to-end tests share: running `spinkv` (or Python) in a child process that
+imports the same spinkv as the tests, and checking the one-line error contract."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import spinkv
+
+SOURCE_ROOT = str(Path(spinkv.__file__).resolve().parent.parent)
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for a child: the same spinkv this test imports, SPINKV_DEBUG and
+    RUST_BACKTRACE unset (they add output on purpose)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([SOURCE_ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("SPINKV_DEBUG", None)
+    env.pop("RUST_BACKTRACE", None)
+    env.update(extra)
+    return env
+
+
+def spinkv_cli(
+    *args: str, stdin: str | None = None, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spinkv", *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(**env),
+    )
+
+
+def run_python(code: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(**env),
+    )
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit code 2, one `error: ...` line on stderr holding every fragment, no traceback,
+    panic message or backtrace."""
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    for noise in ("Traceback", "panicked", "RUST_BACKTRACE", "stack backtrace"):
+        assert noise not in output, output
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
