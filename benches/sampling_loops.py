@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     arms = {
         "greedy, no penalty (old default)": [SamplingParams()],
         "chat default (new)": [
-            SamplingParams(**{**CHAT_DEFAULTS.to_dict(), "seed": seed}) for seed in range(args.seeds)
+            SamplingParams(**{**CHAT_DEFAULTS.to_dict(), "seed": seed})
+            for seed in range(args.seeds)
         ],
     }
     record: dict[str, dict[str, float | int]] = {}
