@@ -3,9 +3,9 @@
     python benches/decode.py [--model smollm2] [--depths 512,4096] [--gen 64] [--runs 3]
                              [--kv fp16] [--threads 2] [--out results.json]
 
-A thin wrapper over `spinkv bench` (spinkv.benchmark), kept for its JSON record: for each
+A thin wrapper over `spinkv bench` (spinkv.bench.cases), kept for its JSON record: for each
 depth D, prefill D tokens of real text into a fresh session, then decode --gen tokens
-greedily at depth D. `spinkv bench -p 0 -n GEN -d DEPTHS --kv KV -o json` gives the same
+greedily at depth D. `spinkv bench -p 0 -n GEN -d DEPTHS --kv KV --json` gives the same
 figures with spread, phases and memory; add --compare-llama-cpp to run llama.cpp beside it.
 """
 
@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 from spinkv import _native, api
-from spinkv import benchmark as bm
-from spinkv.bench_run import run_benchmark
-from spinkv.eval_arms import parse_arms
+from spinkv.bench import cases as bm
+from spinkv.bench.runner import run_benchmark
+from spinkv.eval.arms import parse_arms
+from spinkv.util.progress import Steps
 
 
 def main() -> int:
@@ -44,7 +45,7 @@ def main() -> int:
         arms=tuple(parse_arms(args.kv)),
     )
     settings.validate()
-    record = run_benchmark(loaded, settings, bm.NoProgress(), command=" ".join(sys.argv))
+    record = run_benchmark(loaded, settings, Steps(), command=" ".join(sys.argv))
     rows = []
     for row in record["rows"]:
         result = {

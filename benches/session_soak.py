@@ -5,7 +5,7 @@
                                    [--clear-every 50] [--out soak.json]
 
 Every turn: one user message (a line of GPL-3), one reply, then the session is saved atomically
-(spinkv.sessions.save_chat). Every --restore-every turns the chat is dropped and a new one is
+(spinkv.sessions.store.save_chat). Every --restore-every turns the chat is dropped and a new one is
 restored from the file (its KV cache must be reused). Every --clear-every turns the chat is
 cleared. With --max-context the cache slides. RSS (VmRSS) is sampled every 10 turns; the JSON
 report gives the samples and the growth between the first sample after warm-up and the last.
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="spinkv-soak-"))
     import spinkv
-    from spinkv.sessions import restore_chat, save_chat
+    from spinkv.sessions.store import restore_chat, save_chat
 
     model = spinkv.load(resolve(args.model, scratch))
     kv = {"preset": args.kv, "max_context": args.max_context}

@@ -120,10 +120,10 @@ def make_tiny_model(
     overrides replace config.json fields; weights follow the resulting shapes.
     """
     try:
-        from spinkv.gguf_import import save_safetensors
+        from spinkv.util.safetensors_io import save_safetensors
     except ImportError:  # a checkout without `pip install .`
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
-        from spinkv.gguf_import import save_safetensors
+        from spinkv.util.safetensors_io import save_safetensors
 
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(TORCH_DTYPES)}, not {dtype!r}")

@@ -67,7 +67,7 @@ def tiny_model_dir(make_tiny: Callable[..., Path]) -> Path:
 def default_model_dir() -> Path:
     """SmolLM2-135M-Instruct from the model store (SPINKV_HOME), imported on first use."""
     from spinkv.errors import SpinkvError
-    from spinkv.store import resolve_model
+    from spinkv.models.store import resolve_model
 
     try:
         return resolve_model(None)
@@ -141,7 +141,7 @@ def write_gguf_from_hf(
     import gguf
     import numpy as np
     from safetensors.numpy import load_file
-    from spinkv.gguf_import import permute_qk
+    from spinkv.models.gguf_import import permute_qk
 
     cfg = json.loads((hf_dir / "config.json").read_text())
     tok = json.loads((hf_dir / "tokenizer.json").read_text())
@@ -173,25 +173,9 @@ def write_gguf_from_hf(
     w.add_add_bos_token(False)
     w.add_chat_template(tok_cfg["chat_template"])
 
-    names = {
-        "model.embed_tokens.weight": "token_embd.weight",
-        "model.norm.weight": "output_norm.weight",
-        "lm_head.weight": "output.weight",
-    }
-    parts = {
-        "self_attn.q_proj": "attn_q",
-        "self_attn.k_proj": "attn_k",
-        "self_attn.v_proj": "attn_v",
-        "self_attn.o_proj": "attn_output",
-        "mlp.gate_proj": "ffn_gate",
-        "mlp.up_proj": "ffn_up",
-        "mlp.down_proj": "ffn_down",
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "ffn_norm",
-    }
-    for i in range(cfg["num_hidden_layers"]):
-        for hf, gg in parts.items():
-            names[f"model.layers.{i}.{hf}.weight"] = f"blk.{i}.{gg}.weight"
+    from spinkv.models.tensor_names import hf_to_gguf
+
+    names = hf_to_gguf(cfg["num_hidden_layers"])
     raw_override = raw_override or {}
     for hf_name, array in weights.items():
         name = names[hf_name]

@@ -11,14 +11,15 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
 import spinkv
 from spinkv.api import ChatSession, LoadedModel
 from spinkv.errors import InvalidInputError
-from spinkv.generation import chunked, common_prefix_length, reusable_prefix
-from spinkv.kv_options import kv_dict, kv_options
+from spinkv.generation import chunked, common_prefix_length
+from spinkv.kv.options import kv_dict, kv_options
 from spinkv.sampling import SamplingParams
 from spinkv.timing import GenerationTimings
 
@@ -77,23 +78,31 @@ def test_common_prefix_length() -> None:
     assert common_prefix_length([1, 2, 3, 4], [1, 2]) == 2
 
 
-def test_reuse_keeps_the_cached_prefix_of_the_new_prompt() -> None:
+def reused(model: LoadedModel, cached: list[int], prompt: list[int]) -> int:
+    """How many of `cached` a session keeps for `prompt` (the runtime's rule)."""
+    session = model.session("fp16")
+    if cached:
+        session.prefill(cached)
+    return int(session.reuse_prefix(prompt))
+
+
+def test_reuse_keeps_the_cached_prefix_of_the_new_prompt(tiny: LoadedModel) -> None:
     cached = [1, 2, 3, 4]  # previous prompt and reply
     prompt = [1, 2, 3, 4, 5, 6]  # the same, then the new turn
-    assert reusable_prefix(cached, prompt) == 4
+    assert reused(tiny, cached, prompt) == 4
 
 
-def test_reuse_cuts_back_to_where_the_rendering_differs() -> None:
+def test_reuse_cuts_back_to_where_the_rendering_differs(tiny: LoadedModel) -> None:
     # The reply's text re-tokenizes differently from the sampled tokens (7 vs 8 9).
-    assert reusable_prefix([1, 2, 7], [1, 2, 8, 9, 5]) == 2
+    assert reused(tiny, [1, 2, 7], [1, 2, 8, 9, 5]) == 2
     # A new system prompt changes an early token: only what precedes it is reused.
-    assert reusable_prefix([1, 2, 3], [9, 2, 3, 4]) == 0
+    assert reused(tiny, [1, 2, 3], [9, 2, 3, 4]) == 0
 
 
-def test_reuse_always_recomputes_the_last_prompt_token() -> None:
-    assert reusable_prefix([1, 2, 3], [1, 2, 3]) == 2
-    assert reusable_prefix([1, 2, 3, 4], [1, 2, 3]) == 2
-    assert reusable_prefix([], [1]) == 0
+def test_reuse_always_recomputes_the_last_prompt_token(tiny: LoadedModel) -> None:
+    assert reused(tiny, [1, 2, 3], [1, 2, 3]) == 2
+    assert reused(tiny, [1, 2, 3, 4], [1, 2, 3]) == 2
+    assert reused(tiny, [], [1]) == 0
 
 
 def test_chunks_cover_the_tokens_in_order() -> None:
@@ -178,10 +187,11 @@ def test_stream_pieces_make_the_result(tiny: LoadedModel) -> None:
 
 
 def test_max_tokens_stops_with_length(tiny: LoadedModel) -> None:
-    # "stop" only if the very first token ended the reply.
+    ids = tiny.prompt_token_ids("hello")
+    first = int(np.argmax(tiny.logits(ids)[-1]))
+    assert first not in tiny.tokenizer.eos_token_ids, "the prompt's first reply token is not EOS"
     result = tiny.generate("hello", max_tokens=1)
-    assert result.finish_reason in ("length", "stop")
-    assert result.completion_tokens == (1 if result.finish_reason == "length" else 0)
+    assert result.finish_reason == "length" and result.token_ids == [first]
 
 
 def test_sampling_with_a_seed_is_reproducible(tiny: LoadedModel) -> None:
@@ -221,7 +231,7 @@ def test_logits_in_chunks_equal_one_pass(
 
     ids = tiny.tokenize("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 2)
     whole = tiny.logits(ids)
-    monkeypatch.setattr(spinkv.api, "PREFILL_CHUNK_TOKENS", 5)
+    monkeypatch.setattr(spinkv.api, "PREFILL_BLOCK_TOKENS", 5)
     np.testing.assert_allclose(tiny.logits(ids), whole, atol=1e-4)
 
 
@@ -237,21 +247,33 @@ def test_prompt_longer_than_the_context(short_context: LoadedModel) -> None:
         short_context.generate("word " * 200)
 
 
-def test_reply_stops_when_the_context_is_full(short_context: LoadedModel) -> None:
+def test_reply_stops_when_the_context_is_full(
+    short_context: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(short_context.tokenizer, "eos_token_ids", frozenset())  # never stops
     prompt_tokens = len(short_context.prompt_token_ids("hi"))
     result = short_context.generate("hi", max_tokens=1000)
-    if result.finish_reason == "context":
-        assert prompt_tokens + result.completion_tokens == short_context.max_context + 1
-    else:  # the model chose to stop first
-        assert result.finish_reason == "stop"
+    assert result.finish_reason == "context"
+    # The last sampled token is never decoded, so the cache ends one short of it.
+    assert prompt_tokens + result.completion_tokens == short_context.max_context + 1
 
 
-def test_kv_preset_passes_through(tiny: LoadedModel) -> None:
-    assert (
-        tiny.generate("hello", kv="fp16", max_tokens=8).text
-        == tiny.generate("hello", max_tokens=8).text
-    )
-    with pytest.raises(spinkv._native.SpinkvError):
+def test_kv_preset_passes_through(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[Any] = []
+    make_session = tiny.session
+
+    def spy(kv: Any = None) -> Any:
+        session = make_session(kv)
+        made.append(session)
+        return session
+
+    monkeypatch.setattr(tiny, "session", spy)
+    tiny.generate("hello there, tiny model", kv={"preset": "turbo", "window": 0}, max_tokens=8)
+    tiny.generate("hello there, tiny model", kv="fp16", max_tokens=8)
+    turbo, fp16 = (session.cache_stats() for session in made)
+    assert "turbo" in turbo["codec"] and turbo["total"]["compressed_tokens"] > 0
+    assert "fp16" in fp16["codec"] and fp16["total"]["compressed_tokens"] == 0
+    with pytest.raises(spinkv.SpinkvError, match="no-such-preset"):
         tiny.generate("hello", kv="no-such-preset", max_tokens=2)
 
 

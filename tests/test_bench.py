@@ -15,9 +15,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from spinkv import benchmark as bm
-from spinkv.commands.app import run_cli
-from spinkv.eval_arms import KvArm
+from spinkv.bench import cases as bm
+from spinkv.cli.app import run_cli
+from spinkv.eval.arms import KvArm
 
 FAST = ["-p", "8", "-n", "4", "-r", "1"]
 
@@ -38,7 +38,7 @@ def tiny(tiny_model_dir: Path, native: ModuleType) -> str:
 
 def test_json_record(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = bench(
-        capsys, "-m", tiny, *FAST, "-d", "0,16", "--kv", "fp16,turbo", "-o", "json"
+        capsys, "-m", tiny, *FAST, "-d", "0,16", "--kv", "fp16,turbo", "-f", "json"
     )
     assert code == 0
     record = json.loads(out)
@@ -65,7 +65,7 @@ def test_json_record(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_kv_phases_come_from_a_profiled_pass(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
     # window 0 and 8-token pages: the decode steps at depth 40 scan compressed pages and seal.
-    args = ["-p", "0", "-n", "12", "-r", "1", "-d", "40", "-o", "json"]
+    args = ["-p", "0", "-n", "12", "-r", "1", "-d", "40", "-f", "json"]
     code, out, _ = bench(capsys, "-m", tiny, *args, "--kv", "fp16,turbo:window=0:page_tokens=8")
     assert code == 0
     fp16, turbo = json.loads(out)["rows"]
@@ -77,7 +77,7 @@ def test_kv_phases_come_from_a_profiled_pass(tiny: str, capsys: pytest.CaptureFi
 
 
 def test_jsonl_one_object_per_row(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "-o", "jsonl")
+    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "-f", "jsonl")
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]
     assert len(lines) == 2
@@ -86,7 +86,7 @@ def test_jsonl_one_object_per_row(tiny: str, capsys: pytest.CaptureFixture[str])
 
 
 def test_csv_parses(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "-o", "csv")
+    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "-f", "csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 2
@@ -95,7 +95,7 @@ def test_csv_parses(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_markdown_table(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "--kv", "fp16,turbo", "-o", "md")
+    code, out, _ = bench(capsys, "-m", tiny, *FAST, "-d", "0,8", "--kv", "fp16,turbo", "-f", "md")
     assert code == 0
     assert out.startswith("`spinkv bench ")
     assert "- CPU: " in out and "- build: " in out
@@ -116,7 +116,7 @@ def test_rich_table_default(tiny: str, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_comma_lists_expand_into_rows(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["-p", "4,8", "-n", "2,3", "-d", "0,8", "--kv", "fp16,turbo", "-r", "2", "-o", "json"]
+    args = ["-p", "4,8", "-n", "2,3", "-d", "0,8", "--kv", "fp16,turbo", "-r", "2", "-f", "json"]
     code, out, _ = bench(capsys, "-m", tiny, *args)
     assert code == 0
     rows = json.loads(out)["rows"]
@@ -154,7 +154,7 @@ def test_isa_list_gives_rows_per_isa(
     tiny: str, native: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = native.isa()
-    code, out, _ = bench(capsys, "-m", tiny, *FAST, "--isa", f"scalar,{before}", "-o", "json")
+    code, out, _ = bench(capsys, "-m", tiny, *FAST, "--isa", f"scalar,{before}", "-f", "json")
     assert code == 0
     isas = [r["isa"] for r in json.loads(out)["rows"]]
     assert isas == list(dict.fromkeys(["scalar", before]))
@@ -235,7 +235,7 @@ def test_ratios_match_depth_prompt_and_gen() -> None:
         (["--isa", "neon"], "neon"),
         (["-r", "0"], "-r"),
         (["-p", "0", "-n", "0"], "-p and -n"),
-        (["-o", "xml"], "xml"),
+        (["-f", "xml"], "xml"),
         (["--kv", "bogus"], "bogus"),
         (["-t", "0"], "-t"),
         (["-d", "100000"], "context"),
@@ -265,7 +265,7 @@ def test_compare_llama_cpp_needs_the_package(
 
 
 def test_kernel_mode_rows(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--kernels", "-d", "40", "-n", "70", "-r", "1", "--kv", "fp16,turbo", "-o", "json"]
+    args = ["--kernels", "-d", "40", "-n", "70", "-r", "1", "--kv", "fp16,turbo", "-f", "json"]
     code, out, _ = bench(capsys, "-m", tiny, *args)
     assert code == 0
     record = json.loads(out)
@@ -302,8 +302,8 @@ def test_gguf_export_matches_our_logits(
     tiny_model_dir: Path, native: ModuleType, llama_cpp: ModuleType, tmp_path: Path
 ) -> None:
     import numpy as np
-    from spinkv.gguf_export import cached_f16_gguf
-    from spinkv.llamacpp import LlamaCppEngine
+    from spinkv.bench.llamacpp import LlamaCppEngine
+    from spinkv.models.gguf_export import cached_f16_gguf
 
     path = cached_f16_gguf(tiny_model_dir, tmp_path)
     assert cached_f16_gguf(tiny_model_dir, tmp_path) == path  # cached
@@ -334,7 +334,7 @@ def test_compare_llama_cpp_prints_ratios(
     one_thread: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    args = [*FAST, "-t", "1", "-d", "0,8", "--compare-llama-cpp", "-o", "json"]
+    args = [*FAST, "-t", "1", "-d", "0,8", "--compare-llama-cpp", "-f", "json"]
     code, out, _ = bench(capsys, "-m", tiny, *args)
     assert code == 0
     record = json.loads(out)
@@ -351,8 +351,8 @@ def test_compare_llama_cpp_prints_ratios(
 
 def test_gguf_pre_tokenizer_tags() -> None:
     from spinkv.errors import UnsupportedError
-    from spinkv.gguf_export import gguf_pre_tag
-    from spinkv.gguf_import import LLAMA3_REGEX
+    from spinkv.models.gguf_export import gguf_pre_tag
+    from spinkv.models.gguf_import import LLAMA3_REGEX
 
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
     assert gguf_pre_tag(byte_level) == "default"
@@ -368,7 +368,7 @@ def test_gguf_pre_tokenizer_tags() -> None:
 def test_llama_cpp_tokenizes_our_export_like_we_do(
     default_model_dir: Path, llama_cpp: ModuleType, tmp_path: Path
 ) -> None:
-    from spinkv.gguf_export import cached_f16_gguf
+    from spinkv.models.gguf_export import cached_f16_gguf
     from spinkv.tokenizer import load_tokenizer
 
     text = Path("/usr/share/common-licenses/GPL-3").read_text()[:20000]

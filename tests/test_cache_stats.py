@@ -10,14 +10,9 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from spinkv.commands.app import run_cli
-from spinkv.commands.cache import (
-    ADDITIVE,
-    accounting_problems,
-    layer_pages,
-    peak_rss_bytes,
-    render_cache_stats,
-)
+from spinkv.cli.app import run_cli
+from spinkv.kv.command import accounting_problems, layer_pages, render_cache_stats
+from spinkv.util.system import peak_rss_bytes
 
 PRESETS = ["fp16", "turbo", "turbo-qjl", "kivi2", "kivi4"]
 
@@ -42,7 +37,7 @@ def test_figures_agree_with_the_allocator(tiny: Any, preset: str, window: int) -
     assert accounting_problems(stats) == []
     layers, total = stats["layers"], stats["total"]
     assert len(layers) == tiny.config["n_layers"]
-    for key in ADDITIVE:  # totals are the sum over layers
+    for key in ("tokens", "pages_used", "allocated_bytes", "window_bytes"):  # sums over layers
         assert total[key] == sum(layer[key] for layer in layers), key
     # allocated bytes are the pages in use times the native page sizes
     fp16_pages, coded_pages = layer_pages(stats, total)

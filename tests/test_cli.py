@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import spinkv
 from helpers import assert_one_line_error, cli_env, spinkv_cli
-from spinkv.commands.chat import parse_command, read_message
-from spinkv.commands.failures import describe
+from spinkv.chat.command import parse_command, read_message
+from spinkv.cli.failures import describe
 from spinkv.errors import InvalidInputError
 
 
@@ -157,13 +157,32 @@ def test_run_reads_stdin(tiny: Path) -> None:
 
 def test_run_sampling_flags_and_kv_options_reach_the_runtime(tiny: Path) -> None:
     args = ["run", "hello", "--model", str(tiny), "-n", "8", "--json", "--seed", "3"]
-    sampled = ["--temperature", "0.9", "--top-k", "20", "--top-p", "0.9", "--min-p", "0.01"]
-    a = spinkv_cli(*args, *sampled, "--repeat-penalty", "1.1", "--repeat-last-n", "16")
-    b = spinkv_cli(*args, *sampled, "--repeat-penalty", "1.1", "--repeat-last-n", "16")
-    assert a.returncode == 0, a.stderr
-    assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
-    fp16 = spinkv_cli(*args, "--kv", "fp16", "--kv-page", "16")
-    assert fp16.returncode == 0, fp16.stderr
+    # A flat distribution (the tiny model's logits are peaked): the settings change the tokens.
+    sampled = ["--temperature", "4", "--top-k", "0", "--top-p", "0.99", "--min-p", "0.001"]
+    done = spinkv_cli(*args, *sampled, "--repeat-penalty", "1.3", "--repeat-last-n", "16")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    given = spinkv.SamplingParams(
+        temperature=4.0,
+        top_k=0,
+        top_p=0.99,
+        min_p=0.001,
+        repetition_penalty=1.3,
+        repeat_last_n=16,
+        seed=3,
+    )
+    assert record["sampling"] == given.to_dict()
+    # The same tokens as the API with those settings, and not those of the defaults.
+    model = spinkv.load(tiny)
+    assert record["text"] == model.generate("hello", max_tokens=8, sampling=given).text
+    default = spinkv.SamplingParams(**{**spinkv.sampling.CHAT_DEFAULTS.to_dict(), "seed": 3})
+    assert record["text"] != model.generate("hello", max_tokens=8, sampling=default).text
+    fp16 = json.loads(spinkv_cli(*args, "--kv", "fp16", "--kv-page", "16").stdout)
+    turbo = json.loads(spinkv_cli(*args, "--kv", "turbo", "--kv-window", "0").stdout)
+    assert fp16["kv_cache"]["bit_allocation"] == "fp16"
+    assert fp16["kv_cache"]["page_size"] == "16 tokens"
+    assert turbo["kv_cache"]["bit_allocation"].startswith("turbo k=3.5")
+    assert turbo["kv_cache"]["recent_window"].startswith("window 0 ")
 
 
 def test_default_model_knows_the_capital_of_france(default_model_dir: Path) -> None:

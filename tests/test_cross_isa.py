@@ -47,10 +47,10 @@ def test_kernel_bench_reports_simd128_from_node(
     import json
 
     require_cross_toolchain("wasm")
-    from spinkv.commands.app import run_cli
+    from spinkv.cli.app import run_cli
 
     args = ["bench", "-m", str(tiny_model_dir), "--kernels", "--isa", "simd128"]
-    code = run_cli([*args, "-d", "40", "-n", "8", "-r", "1", "--kv", "turbo", "-o", "json"])
+    code = run_cli([*args, "-d", "40", "-n", "8", "-r", "1", "--kv", "turbo", "-f", "json"])
     out, err = capsys.readouterr()
     assert code == 0, err
     record = json.loads(out)
@@ -62,7 +62,7 @@ def test_kernel_bench_reports_simd128_from_node(
 
 
 def test_cross_bench_lines_parse() -> None:
-    from spinkv.bench_cross import parse_bench_lines
+    from spinkv.bench.cross import parse_bench_lines
 
     text = """neon matvec f16 49152x576                 12.04 ms     4.7 GB/s
 neon key scan turbo K3.5 (8192 tok, 3 qh)   0.33 GB/s   87.80 ns/token

@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from spinkv import eval_stats, passkey
-from spinkv import evaluation as ev
-from spinkv.commands.app import run_cli
-from spinkv.commands.eval import select_parts
+from spinkv.cli.app import run_cli
 from spinkv.errors import InvalidInputError
-from spinkv.eval_arms import parse_arms
+from spinkv.eval import passkey
+from spinkv.eval import runner as ev
+from spinkv.eval import stats as eval_stats
+from spinkv.eval.arms import parse_arms
+from spinkv.eval.command import select_parts
 
 # ---- metric math ----------------------------------------------------------------------------
 
@@ -129,7 +130,7 @@ def test_parse_arms_with_overrides_and_per_arm_settings() -> None:
     "spec, fragment",
     [
         ("turbo,q4_0", "unknown KV preset"),
-        ("turbo:window", "bad KV setting"),
+        ("turbo:window", "bad value for window"),
         ("turbo:colour=1", "bad KV setting"),
         ("turbo:window=x", "bad value for window"),
         ("turbo,turbo", "listed twice"),
@@ -284,7 +285,7 @@ def test_evaluate_record_schema(tiny_loaded: Any) -> None:
 def test_cli_eval_json_and_tables(
     tiny_model_dir: Path, native: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["eval", "-m", str(tiny_model_dir), "--n", "80", "--skip", "8", "--gen", "4"]
+    base = ["eval", "-m", str(tiny_model_dir), "--tokens", "80", "--skip", "8", "--gen", "4"]
     base += ["--passkey-depths", "400", "--resamples", "50"]
     code = run_cli([*base, "--kv", "turbo", "--kv-window", "0", "--json"])
     out = capsys.readouterr().out
@@ -303,14 +304,14 @@ def test_cli_eval_bad_input_is_one_line(
     tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_cli(["eval", "-m", str(tiny_model_dir), "--kv", "turbo,bogus"]) == 2
-    assert "unknown KV preset 'bogus'" in capsys.readouterr().err
+    assert 'unknown KV preset "bogus"' in capsys.readouterr().err
     assert run_cli(["eval", "-m", str(tiny_model_dir), "--text", "/nonexistent"]) == 2
     assert "no such text file" in capsys.readouterr().err
 
 
 def test_plot_writes_a_png(tiny_loaded: Any, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from spinkv.eval_plot import plot_depth
+    from spinkv.eval.plot import plot_depth
 
     settings = ev.EvalSettings(
         arms=parse_arms("turbo:window=0"), n_tokens=100, skip=8, parts=("kld",), resamples=10

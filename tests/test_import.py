@@ -12,9 +12,10 @@ import pytest
 from reference import Llama, load_weights
 from safetensors.numpy import load_file
 from spinkv.errors import ModelFormatError, ModelNotFoundError, UnsupportedError
-from spinkv.gguf_import import import_gguf, permute_qk, unpermute_qk
-from spinkv.model_info import model_info, read_safetensors_header
+from spinkv.models.gguf_import import import_gguf, permute_qk, unpermute_qk
+from spinkv.models.info import model_info
 from spinkv.tokenizer import load_tokenizer
+from spinkv.util.safetensors_io import read_safetensors_header
 
 SAMPLES = [
     "What is the capital of France?",
@@ -212,7 +213,7 @@ def test_smollm2_config(default_model_dir: Path) -> None:
 
 
 def _gguf_of_default() -> Path:
-    from spinkv.store import DEFAULT_MODEL, REGISTRY
+    from spinkv.models.store import DEFAULT_MODEL, REGISTRY
 
     entry = REGISTRY[DEFAULT_MODEL]
     spec = importlib.util.find_spec(entry.module)

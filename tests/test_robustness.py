@@ -31,7 +31,7 @@ from spinkv.errors import (
     SessionFileError,
     SpinkvError,
 )
-from spinkv.sessions import Transcript, save_chat, session_path
+from spinkv.sessions.store import Transcript, save_chat, session_path
 from test_cli import ChatProcess
 
 
@@ -117,10 +117,12 @@ def test_3_a_second_chat_on_a_session_is_refused_not_merged_away(
 def test_3_sessions_rm_waits_for_no_one_and_refuses_an_open_session(
     tiny: LoadedModel, spinkv_home: Path
 ) -> None:
-    from spinkv.sessions import claim_session, remove_session
+    from spinkv.sessions.store import claim_session, remove_session
 
     saved_chat(tiny, "open", turns=1)
-    code = "from spinkv.sessions import claim_session; import time; l = claim_session('open');"
+    code = (
+        "from spinkv.sessions.store import claim_session; import time; l = claim_session('open');"
+    )
     code += " print('held', flush=True); time.sleep(60)"
     holder = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=cli_env()
@@ -162,7 +164,7 @@ def test_4_killed_save_leaves_nothing_behind_after_the_next_save(
     path = saved_chat(tiny, "k9", turns=1)
     code = (
         "import os, spinkv, time\n"
-        "from spinkv.sessions import save_chat, session_path\n"
+        "from spinkv.sessions.store import save_chat, session_path\n"
         f"m = spinkv.load({str(tiny.path)!r})\n"
         "c = m.chat(max_tokens=2); c.ask('x')\n"
         "orig = c.save\n"
@@ -252,7 +254,7 @@ def test_8_15_20_gguf_metadata_is_checked_before_anything_is_sized(
 
 
 def test_8_a_killed_import_is_cleaned_up_by_the_next(tiny: LoadedModel, spinkv_home: Path) -> None:
-    from spinkv.files import temp_dir_for
+    from spinkv.util.files import temp_dir_for
 
     models = spinkv_home / "models"
     models.mkdir(parents=True)
@@ -273,12 +275,12 @@ def test_8_sigterm_during_an_import_leaves_no_temp_directory(
     gguf_path = write_gguf_from_hf(tiny.path, tmp_path / "t.gguf")
     code = (
         "import sys, time\n"
-        "import spinkv.gguf_import as g\n"
+        "import spinkv.models.gguf_import as g\n"
         "real = g.write_model_dir\n"
         "def slow(*a, **k):\n"
         "    real(*a, **k); print('filled', flush=True); time.sleep(60)\n"
         "g.write_model_dir = slow\n"
-        "from spinkv.commands.app import main\n"
+        "from spinkv.cli.app import main\n"
         f"sys.argv = ['spinkv', 'models', 'import-gguf', {str(gguf_path)!r}, '--name', 't']\n"
         "main()\n"
     )
@@ -516,7 +518,7 @@ def test_20_weights_path_that_is_a_directory(tiny: LoadedModel, tmp_path: Path) 
 
 
 def test_20_session_file_readers_refuse_non_regular_files(tmp_path: Path) -> None:
-    from spinkv.files import require_regular_file
+    from spinkv.util.files import require_regular_file
 
     with pytest.raises(SessionFileError, match="a directory"):
         require_regular_file(tmp_path, "session file")
@@ -561,14 +563,15 @@ def test_greedy_is_exact_and_the_default_samples(tiny: LoadedModel) -> None:
 
 
 def test_tables_are_not_truncated_when_columns_are_given(tiny: LoadedModel) -> None:
-    args = ["bench", "-m", str(tiny.path), "-p", "8", "-n", "4", "-d", "16", "-r", "1"]
+    args = ["bench", "-m", str(tiny.path), "-p", "8", "-n", "4", "-d", "16", "-r", "2"]
+    args += ["--kv", "fp16,turbo"]  # mean ± std cells: the widest table
     done = spinkv_cli(*args, COLUMNS="300")
     assert done.returncode == 0, done.stderr
     assert "…" not in done.stdout
 
 
 def test_word_wrapper_breaks_between_words() -> None:
-    from spinkv.commands.render import WordWrapper
+    from spinkv.cli.render import WordWrapper
 
     out: list[str] = []
     wrap = WordWrapper(20, out.append)
@@ -598,7 +601,7 @@ def test_export_json_names_the_default_preset(tiny: LoadedModel, spinkv_home: Pa
 
 
 def test_every_store_name_rule_is_one_rule() -> None:
-    from spinkv.names import check_name
+    from spinkv.util.names import check_name
 
     for bad in ("", ".", "..", "nl\n", "a/b", "-x", "x" * 101):
         with pytest.raises(SpinkvError):

@@ -25,7 +25,7 @@ from helpers import assert_one_line_error, cli_env, spinkv_cli
 from spinkv.api import ChatSession, LoadedModel
 from spinkv.errors import InvalidInputError
 from spinkv.generation import TextStream
-from spinkv.sessions import (
+from spinkv.sessions.store import (
     Transcript,
     check_name,
     restore_chat,
@@ -361,7 +361,7 @@ def test_prompt_cache_never_overwrites_a_file_it_cannot_read(
 
 WRITER = """
 import sys, spinkv
-from spinkv.sessions import save_chat, session_path
+from spinkv.sessions.store import save_chat, session_path
 model = spinkv.load(sys.argv[1])
 chat = model.chat(kv="turbo", max_tokens=4)
 chat.ask("writer " + sys.argv[2])

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from reference import Llama
 from safetensors.numpy import load_file, save_file
-from spinkv import store
 from spinkv.errors import ModelNotFoundError
-from spinkv.store import (
+from spinkv.models import store
+from spinkv.models.store import (
     DEFAULT_MODEL,
     check_model_dir,
     list_models,

@@ -37,7 +37,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 _LAZY = {
     "load": "spinkv.api",
-    "kv_options": "spinkv.kv_options",
+    "kv_options": "spinkv.kv.options",
     "LoadedModel": "spinkv.api",
     "ChatSession": "spinkv.api",
     "ChatMessage": "spinkv.api",
@@ -51,7 +51,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from spinkv.api import ChatMessage, ChatSession, LoadedModel, load
     from spinkv.generation import FinishReason, GenerationResult, TextStream
-    from spinkv.kv_options import kv_options
+    from spinkv.kv.options import kv_options
     from spinkv.sampling import SamplingParams
     from spinkv.timing import GenerationTimings
 

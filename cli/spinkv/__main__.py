@@ -1,5 +1,5 @@
 """`python -m spinkv` runs the CLI."""
 
-from spinkv.commands.app import main
+from spinkv.cli.app import main
 
 main()

@@ -34,20 +34,20 @@ from spinkv.errors import (
     UnsupportedError,
 )
 from spinkv.generation import (
-    PREFILL_CHUNK_TOKENS,
+    PREFILL_BLOCK_TOKENS,
     GenerationResult,
     TextStream,
     TurnSpec,
     chunked,
 )
-from spinkv.kv_options import DEFAULT_KV_PRESET, KvSpec, kv_dict
-from spinkv.progress import ImportLog, reporting
+from spinkv.kv.options import DEFAULT_KV_PRESET, KvSpec, kv_dict
 from spinkv.sampling import SamplingParams
 from spinkv.timing import GenerationTimings
 from spinkv.tokenizer import Tokenizer, load_tokenizer, valid_text
+from spinkv.util.progress import ImportLog, reporting
 
 if TYPE_CHECKING:
-    from spinkv.sessions import Transcript
+    from spinkv.sessions.store import Transcript
 
 
 class ChatMessage(TypedDict):
@@ -70,7 +70,7 @@ def load(model: str | Path | None = None, *, threads: int | None = None) -> Load
 
     threads sets the runtime's thread count for the whole process (default: all cores).
     """
-    from spinkv.store import resolve_model
+    from spinkv.models.store import resolve_model
 
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024:
@@ -178,7 +178,7 @@ class LoadedModel:
     def identity_extra(self) -> dict[str, str]:
         """The cache identity inputs the runtime cannot compute: tokenizer and chat-template
         hashes (the runtime adds the model's content hash, cache policy and build)."""
-        from spinkv.sessions import chat_template_hash, tokenizer_hash
+        from spinkv.sessions.store import chat_template_hash, tokenizer_hash
 
         return {
             "tokenizer_hash": tokenizer_hash(self.path, self.tokenizer),
@@ -237,7 +237,7 @@ class LoadedModel:
         """Logits after every position of token_ids: float32 array [T, vocab]."""
         ids = self._checked_token_ids(token_ids, self.context_limit(kv))
         session = self.session(kv)
-        rows = [session.prefill(chunk, True) for chunk in chunked(ids, PREFILL_CHUNK_TOKENS)]
+        rows = [session.prefill(chunk, True) for chunk in chunked(ids, PREFILL_BLOCK_TOKENS)]
         return np.concatenate([np.asarray(r, dtype=np.float32) for r in rows], axis=0)
 
     # ---- helpers shared with ChatSession ---------------------------------------------
@@ -342,7 +342,7 @@ class ChatSession:
     default, when the context holds at least two pages) a full cache retires its oldest
     pages after the first one (an attention sink) instead of refusing the turn; `clear()`
     resets it and gives back memory beyond the reservation. `save(path)` / `restore(path)`
-    write and read session files (spinkv.sessions handles names, locking, atomic writes).
+    write and read session files (spinkv.sessions.store handles names, locking, atomic writes).
 
     Threads: one turn runs at a time. `ask` from several threads takes turns (waiting up to
     ASK_WAIT_S); `send`, `clear`, `set_system`, `save` and `restore` while another thread's
@@ -536,7 +536,7 @@ class ChatSession:
 
     def transcript(self) -> Transcript:
         """The conversation as a session file records it."""
-        from spinkv.sessions import Transcript, now_iso
+        from spinkv.sessions.store import Transcript, now_iso
 
         return Transcript(
             messages=self.history,  # type: ignore[arg-type]
@@ -551,7 +551,7 @@ class ChatSession:
 
     def save(self, path: str | Path) -> int:
         """Write the conversation and its KV pages to path (replacing it; not atomic by
-        itself: spinkv.sessions.save_chat is). Returns the bytes written."""
+        itself: spinkv.sessions.store.save_chat is). Returns the bytes written."""
         with self._exclusive():
             transcript = self.transcript()
             self.created = transcript.created
@@ -565,7 +565,7 @@ class ChatSession:
         says why, `outcome.fields` names differing identity fields) and the next turn
         re-prefills the transcript. Raises if the file itself is unreadable (this chat is
         then untouched)."""
-        from spinkv.sessions import read_transcript
+        from spinkv.sessions.store import read_transcript
 
         with self._exclusive():
             transcript, _ = read_transcript(Path(path))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from spinkv.errors import InvalidInputError, ModelFormatError
-from spinkv.model_info import read_json
+from spinkv.models.info import read_json
 
 # Used for models that ship no template (base models): plain ChatML.
 CHATML_TEMPLATE = (

@@ -1,7 +1,7 @@
 """One reply on a native session: prefix reuse, chunked prefill, the decode loop, streaming.
 
-The pure helpers (`reusable_prefix`, `chunked`) carry the logic that can be tested without a
-model; `TextStream` drives the runtime.
+`TextStream` drives the runtime; which cached tokens a prompt keeps is the runtime's rule
+(`Session.reuse_prefix`).
 """
 
 from __future__ import annotations
@@ -10,18 +10,19 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from spinkv import _native
 from spinkv.errors import ContextOverflowError, InvalidInputError
 from spinkv.sampling import SamplingParams
 from spinkv.timing import GenerationTimings, Stopwatch
 
 if TYPE_CHECKING:
-    from spinkv import _native
     from spinkv.tokenizer import StreamDecoder, Tokenizer
 
 FinishReason = Literal["stop", "length", "interrupted", "context"]
 
-PREFILL_CHUNK_TOKENS = 256
-"""Prompt tokens per native prefill call: Ctrl-C is noticed between chunks."""
+PREFILL_BLOCK_TOKENS: int = _native.PREFILL_BLOCK_TOKENS
+"""Prompt tokens per native prefill call (the runtime's forward block, so each call streams
+the weights once): Ctrl-C is noticed between blocks."""
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -30,18 +31,6 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
-
-
-def reusable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
-    """How many cached tokens a new prompt can keep.
-
-    The cache keeps the longest common prefix with the prompt, minus one token when the
-    prompt is entirely cached: the last prompt token is always computed again so that the
-    logits the first reply token is sampled from belong to this prompt.
-    """
-    if not prompt:
-        raise ValueError("empty prompt")
-    return min(common_prefix_length(cached, prompt), len(prompt) - 1)
 
 
 def chunked(tokens: Sequence[int], size: int) -> Iterator[list[int]]:
@@ -126,9 +115,9 @@ class TextStream(Iterator[str]):
         self._sampler = spec.sampling.to_native()
         session.checkpoint()
         try:
-            keep = reusable_prefix(session.tokens, spec.prompt_ids)
-            if keep < len(session):
-                session.truncate(keep)  # may keep less after a sliding-window retirement
+            # Keeps the longest common prefix, minus the prompt's last token when all of it
+            # is cached (its logits must be this prompt's), and less after a retirement.
+            session.reuse_prefix(spec.prompt_ids)
         except BaseException:
             session.rollback_turn()
             raise
@@ -176,7 +165,7 @@ class TextStream(Iterator[str]):
         failed = True
         session.reset_timings()
         try:
-            for chunk in chunked(spec.prompt_ids[self._cached :], PREFILL_CHUNK_TOKENS):
+            for chunk in chunked(spec.prompt_ids[self._cached :], PREFILL_BLOCK_TOKENS):
                 with watch.phase("prefill_ms"):
                     session.prefill(chunk)
                 timings.prefill_tokens += len(chunk)

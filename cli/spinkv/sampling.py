@@ -1,19 +1,12 @@
-"""Sampling settings: validated in Python, executed by the Rust sampler."""
+"""Sampling settings: checked and executed by the Rust sampler."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from spinkv.errors import InvalidInputError
-
 if TYPE_CHECKING:
     from spinkv import _native
-
-MAX_SEED = 2**64 - 1
-MAX_COUNT = 2**31 - 1
-"""Largest top_k / repeat_last_n (both are far beyond any vocabulary or context)."""
 
 
 @dataclass(frozen=True)
@@ -34,30 +27,8 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        _check_finite("temperature", self.temperature)
-        if self.temperature < 0:
-            raise _invalid("temperature", self.temperature, "must be >= 0 (0 means greedy)")
-        _check_int("top_k", self.top_k)
-        if not 0 <= self.top_k <= MAX_COUNT:
-            raise _invalid("top_k", self.top_k, "must be in [0, 2**31 - 1] (0 switches it off)")
-        _check_finite("top_p", self.top_p)
-        if not 0 < self.top_p <= 1:
-            raise _invalid("top_p", self.top_p, "must be in (0, 1] (1 switches it off)")
-        _check_finite("min_p", self.min_p)
-        if not 0 <= self.min_p < 1:
-            raise _invalid("min_p", self.min_p, "must be in [0, 1) (0 switches it off)")
-        _check_finite("repetition_penalty", self.repetition_penalty)
-        if self.repetition_penalty <= 0:
-            raise _invalid(
-                "repetition_penalty", self.repetition_penalty, "must be > 0 (1 switches it off)"
-            )
-        _check_int("repeat_last_n", self.repeat_last_n)
-        if not 0 <= self.repeat_last_n <= MAX_COUNT:
-            raise _invalid("repeat_last_n", self.repeat_last_n, "must be in [0, 2**31 - 1]")
-        if self.seed is not None:
-            _check_int("seed", self.seed)
-            if not 0 <= self.seed <= MAX_SEED:
-                raise _invalid("seed", self.seed, "must be in [0, 2**64 - 1]")
+        # The runtime's sampler owns the rules (types, ranges): building one checks them all.
+        self.to_native()
 
     @property
     def is_greedy(self) -> bool:
@@ -71,30 +42,14 @@ class SamplingParams:
         from spinkv import _native
 
         return _native.Sampler(
-            temperature=float(self.temperature),
-            top_k=int(self.top_k),
-            top_p=float(self.top_p),
-            min_p=float(self.min_p),
-            repetition_penalty=float(self.repetition_penalty),
-            repeat_last_n=int(self.repeat_last_n),
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            repeat_last_n=self.repeat_last_n,
             seed=self.seed,
         )
-
-
-def _invalid(name: str, value: object, rule: str) -> InvalidInputError:
-    return InvalidInputError(f"invalid {name} {value!r}: {rule}")
-
-
-def _check_finite(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _invalid(name, value, "must be a number")
-    if not math.isfinite(value):
-        raise _invalid(name, value, "must be a finite number")
-
-
-def _check_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid(name, value, "must be an integer")
 
 
 CHAT_DEFAULTS = SamplingParams(

@@ -1,9 +1,7 @@
 """Loading a model's tokenizer.json and turning text into token ids and back.
 
-`StreamDecoder` turns a stream of token ids into text pieces as they arrive. A character can
-span several byte-level tokens (e.g. an emoji is 4 bytes): text is only emitted once it
-decodes without a trailing U+FFFD, and the decode restarts from a few tokens back so that
-decoders which look at neighbours (SentencePiece's leading space) stay right.
+`StreamDecoder` turns a stream of token ids into text pieces as they arrive (a character can
+span several byte-level tokens, e.g. an emoji is 4 bytes), through `tokenizers`' DecodeStream.
 """
 
 from __future__ import annotations
@@ -16,9 +14,7 @@ from typing import Any
 import numpy as np
 
 from spinkv.errors import InvalidInputError, ModelFormatError, ModelNotFoundError
-from spinkv.model_info import read_json
-
-REPLACEMENT_CHAR = "\ufffd"
+from spinkv.models.info import read_json
 
 
 def valid_text(text: object, what: str = "text") -> str:
@@ -184,39 +180,33 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
 class StreamDecoder:
     """Incremental detokenization: push token ids, get the new text each one completes.
 
-    The text pieces concatenate to decode(all tokens) once flush() has been called.
+    `tokenizers`' DecodeStream does the work (it holds back a partial UTF-8 character and
+    re-decodes a few tokens of context for decoders that look at neighbours). The pieces
+    concatenate to decode(all tokens) once flush() has been called.
     """
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
+        from tokenizers.decoders import DecodeStream
+
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.tokens: list[int] = []
         self.text = ""
-        self._prefix = 0  # tokens[_prefix:_read] is context already emitted
-        self._read = 0  # tokens[_read:] are not emitted yet
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text it completes ("" while a character is partial)."""
         self.tokens.append(int(token_id))
-        prefix_text = self._decode(self.tokens[self._prefix : self._read])
-        full_text = self._decode(self.tokens[self._prefix :])
-        if len(full_text) <= len(prefix_text) or full_text.endswith(REPLACEMENT_CHAR):
-            return ""
-        piece = full_text[len(prefix_text) :]
-        self._prefix, self._read = self._read, len(self.tokens)
+        try:
+            piece = self._stream.step(self.tokenizer.hf, int(token_id)) or ""
+        except Exception as exc:  # tokenizers raises a plain Exception for a bad id
+            raise InvalidInputError(f"cannot decode token id {token_id}: {exc}") from None
         self.text += piece
         return piece
 
     def flush(self) -> str:
         """The text still held back (a trailing partial character decodes as U+FFFD)."""
-        if self._read == len(self.tokens):
-            return ""
-        prefix_text = self._decode(self.tokens[self._prefix : self._read])
-        full_text = self._decode(self.tokens[self._prefix :])
-        piece = full_text[len(prefix_text) :]
-        self._prefix = self._read = len(self.tokens)
+        full = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
+        piece = full[len(self.text) :] if full.startswith(self.text) else ""
         self.text += piece
         return piece

@@ -4,7 +4,7 @@
 #     gcc) and their test suites run under qemu-aarch64 user mode;
 #   * SIMD128: crates/spinkv-wasm built for wasm32-unknown-unknown with +simd128 (std rebuilt
 #     with -Zbuild-std from Debian's rust-web-src) and its parity checks run in node.
-# AVX2/AVX-512 parity runs in the ordinary `cargo test` (AVX-512 prints "skipped: no avx512f"
+# AVX2/AVX-512 parity runs in the ordinary `cargo test` (AVX-512 prints "skipped: ..."
 # where the CPU lacks it).
 #
 # Usage: crates/spinkv-kernels/run-cross-tests.sh [--bench] [--check] [--only neon|wasm]

@@ -89,16 +89,6 @@ pub(crate) fn identical<T: PartialEq + core::fmt::Debug>(
 /// Outcome of one parity check: the first mismatch, described.
 pub(crate) type Check = Result<(), String>;
 
-/// Runs `check` for every ISA this process can run (scalar included, as a self-check).
-#[cfg(test)]
-pub(crate) fn for_each_isa(check: impl Fn(crate::Isa) -> Check) {
-    for isa in crate::isa::runnable_isas() {
-        if let Err(e) = check(isa) {
-            panic!("{isa}: {e}");
-        }
-    }
-}
-
 /// Whether `isa` follows the canonical arithmetic (`crate::canon`) and so must match the scalar
 /// reference bit for bit: every ISA with a fused multiply-add — all but SIMD128.
 pub(crate) fn is_canonical(isa: crate::Isa) -> bool {

@@ -116,7 +116,7 @@ impl KvCache {
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<(), KvError> {
         let width = self.shape.kv_width();
         let len = self.table(layer)?.len(self.config.page_tokens);
-        if k.len() % width != 0 {
+        if !k.len().is_multiple_of(width) {
             return Err(KvError::ShapeMismatch {
                 what: "k: a multiple of n_kv_heads * head_dim",
                 expected: k.len().div_ceil(width) * width,
@@ -158,7 +158,7 @@ impl KvCache {
     ) -> Result<(), KvError> {
         let width = self.shape.q_width();
         let table = self.table(layer)?;
-        if q.len() % width != 0 {
+        if !q.len().is_multiple_of(width) {
             return Err(KvError::ShapeMismatch {
                 what: "q: a multiple of n_heads * head_dim",
                 expected: q.len().div_ceil(width) * width,

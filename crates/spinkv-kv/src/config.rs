@@ -39,7 +39,7 @@ impl KvShape {
         if self.n_layers == 0 || self.n_heads == 0 || self.n_kv_heads == 0 || self.head_dim == 0 {
             return bad(format!("every dimension of {self:?} must be positive"));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "n_heads {} is not a multiple of n_kv_heads {}",
                 self.n_heads, self.n_kv_heads
@@ -75,6 +75,18 @@ impl KvCodecKind {
         }
     }
 
+    /// The codec named by [`KvCodecKind::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            KvCodecKind::Fp16,
+            KvCodecKind::Turbo,
+            KvCodecKind::TurboQjl,
+            KvCodecKind::Kivi,
+        ]
+        .into_iter()
+        .find(|kind| kind.name() == name)
+    }
+
     /// Stable on-page code of the codec.
     pub(crate) fn code(self) -> u8 {
         match self {
@@ -103,6 +115,27 @@ pub enum NormFormat {
     LogU8,
     /// IEEE half precision.
     F16,
+}
+
+impl NormFormat {
+    /// The option value naming this format (`key_norm=...`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NormFormat::LogU8 => "u8",
+            NormFormat::F16 => "f16",
+        }
+    }
+
+    /// Parses a `key_norm` option value; "log-u8" is accepted as the identity record spells it.
+    pub fn from_name(name: &str) -> Result<Self, KvError> {
+        match name {
+            "u8" | "log-u8" => Ok(NormFormat::LogU8),
+            "f16" => Ok(NormFormat::F16),
+            other => Err(KvError::InvalidOption(format!(
+                "key_norm {other:?} must be \"u8\" or \"f16\""
+            ))),
+        }
+    }
 }
 
 /// Cache policy. Build one from a preset (`KvConfig::preset("turbo")`) and override fields with
@@ -141,10 +174,15 @@ pub const DEFAULT_SEED: u64 = 0x5EED_CAFE_F00D_0001;
 /// Names accepted by [`KvConfig::preset`].
 pub const PRESETS: [&str; 5] = ["fp16", "turbo", "turbo-qjl", "kivi2", "kivi4"];
 
+/// The preset a cache gets when none is named: the design study's first product mode. Every
+/// face (CLI, Python API, browser) gets it through [`KvConfig::default`] or
+/// [`KvConfig::from_options`], so they cannot drift apart.
+pub const DEFAULT_PRESET: &str = "turbo";
+
 impl Default for KvConfig {
-    /// The fp16 reference cache.
+    /// The product default, [`DEFAULT_PRESET`]; the fp16 reference is [`KvConfig::fp16`].
     fn default() -> Self {
-        KvConfig::fp16()
+        KvConfig::turbo()
     }
 }
 
@@ -213,22 +251,30 @@ impl KvConfig {
 
     pub(crate) fn validate(&self, shape: &KvShape) -> Result<(), KvError> {
         shape.validate()?;
+        self.validate_policy()?;
+        // Pages and the staging buffers are sized kv_width x page_tokens; both factors fit u16,
+        // so the product cannot overflow, but it can still ask for terabytes per page.
+        let page_bytes = shape.kv_width() * self.page_tokens * 2 * 2;
+        if page_bytes > MAX_PAGE_BYTES {
+            return Err(KvError::InvalidConfig(format!(
+                "a page of {} tokens x {} K/V channels would take {page_bytes} bytes \
+                 (at most {MAX_PAGE_BYTES}): use fewer page_tokens",
+                self.page_tokens,
+                shape.kv_width()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The checks that need no model: bits for the codec, page size, capacity, KIVI group.
+    /// Lets a front end refuse bad options before it loads weights; `KvCache::new` repeats
+    /// them with the shape.
+    pub fn validate_policy(&self) -> Result<(), KvError> {
         let bad = |msg: String| Err(KvError::InvalidConfig(msg));
         if self.page_tokens == 0 || self.page_tokens > u16::MAX as usize {
             return bad(format!(
                 "page_tokens {} must be in 1..=65535",
                 self.page_tokens
-            ));
-        }
-        // Pages and the staging buffers are sized kv_width x page_tokens; both factors fit u16,
-        // so the product cannot overflow, but it can still ask for terabytes per page.
-        let page_bytes = shape.kv_width() * self.page_tokens * 2 * 2;
-        if page_bytes > MAX_PAGE_BYTES {
-            return bad(format!(
-                "a page of {} tokens x {} K/V channels would take {page_bytes} bytes \
-                 (at most {MAX_PAGE_BYTES}): use fewer page_tokens",
-                self.page_tokens,
-                shape.kv_width()
             ));
         }
         if self.max_tokens == 0 || self.max_tokens > u32::MAX as usize {
@@ -240,7 +286,7 @@ impl KvConfig {
         self.k_half_bits()?;
         self.v_half_bits()?;
         if self.codec == KvCodecKind::Kivi
-            && (self.kivi_group == 0 || self.page_tokens % self.kivi_group != 0)
+            && (self.kivi_group == 0 || !self.page_tokens.is_multiple_of(self.kivi_group))
         {
             return bad(format!(
                 "kivi_group {} must be positive and divide page_tokens {}",

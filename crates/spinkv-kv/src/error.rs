@@ -31,6 +31,9 @@ pub enum KvError {
     },
     #[error("invalid KV cache configuration: {0}")]
     InvalidConfig(String),
+    /// A cache option a front end passed (unknown key, wrong value); the message is complete.
+    #[error("{0}")]
+    InvalidOption(String),
     #[error("unknown KV preset {0:?}: expected one of fp16, turbo, turbo-qjl, kivi2, kivi4")]
     UnknownPreset(String),
     #[error(

@@ -291,8 +291,34 @@ fn format_bits(bits: f32) -> String {
     }
 }
 
+/// Lowercase hex, the way digests are shown and exchanged.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A digest from the 64 hex digits [`hex`] writes (either case).
+pub fn parse_hex_digest(text: &str) -> Result<Digest, HexError> {
+    if text.len() != 64 {
+        return Err(HexError::Length(text.len()));
+    }
+    // Checked up front: `from_str_radix` alone would take "+f" as a digit pair.
+    if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(HexError::NotHex);
+    }
+    let mut digest = [0u8; 32];
+    for (byte, pair) in digest.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|_| HexError::NotHex)?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| HexError::NotHex)?;
+    }
+    Ok(digest)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum HexError {
+    #[error("must be 64 hex digits, got {0}")]
+    Length(usize),
+    #[error("is not hex")]
+    NotHex,
 }
 
 #[cfg(test)]
@@ -387,6 +413,21 @@ mod tests {
             inputs(),
         );
         assert_eq!(kivi, kivi_seed);
+    }
+
+    #[test]
+    fn hex_digests_round_trip_and_bad_text_is_refused() {
+        let digest: Digest = std::array::from_fn(|i| (i * 9) as u8);
+        assert_eq!(parse_hex_digest(&hex(&digest)), Ok(digest));
+        assert_eq!(parse_hex_digest(&hex(&digest).to_uppercase()), Ok(digest));
+        assert_eq!(parse_hex_digest("abc"), Err(HexError::Length(3)));
+        assert_eq!(parse_hex_digest(&"g".repeat(64)), Err(HexError::NotHex));
+        // Multi-byte characters must not split into "pairs" that happen to parse.
+        assert_eq!(
+            parse_hex_digest(&format!("{}é", "0".repeat(62))),
+            Err(HexError::NotHex)
+        );
+        assert_eq!(parse_hex_digest(&"+1".repeat(32)), Err(HexError::NotHex));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! `attend` (streaming attention over pages) → `codec` (page formats, attention from codes) →
 //! `page` (header format) and `pool` (page bookkeeping) → `kernels` (f32/f16 loops).
 //! Beside the cache manager: `lifecycle` (checkpoint/rollback, page retirement, reservation),
-//! `snapshot` (pages out and back in, validated) and `identity` (what must match for reuse).
+//! `snapshot` (pages out and back in, validated), `identity` (what must match for reuse) and
+//! `options` (presets and overrides as front ends pass them).
 
 mod attend;
 mod cache;
@@ -16,6 +17,7 @@ mod error;
 pub mod identity;
 mod kernels;
 mod lifecycle;
+mod options;
 mod pack;
 pub mod page;
 mod pool;
@@ -33,10 +35,13 @@ pub use cache::{sealed_bits_per_channel, KvCache};
 pub use codebook::CODEBOOK_VERSION;
 pub use config::{
     KvCodecKind, KvConfig, KvShape, NormFormat, DEFAULT_MAX_TOKENS, DEFAULT_PAGE_TOKENS,
-    DEFAULT_SEED, DEFAULT_WINDOW, PRESETS,
+    DEFAULT_PRESET, DEFAULT_SEED, DEFAULT_WINDOW, PRESETS,
 };
 pub use error::KvError;
-pub use identity::{CacheIdentity, Digest, IdentityInputs, CACHE_FORMAT_VERSION};
+pub use identity::{
+    parse_hex_digest, CacheIdentity, Digest, HexError, IdentityInputs, CACHE_FORMAT_VERSION,
+};
+pub use options::{KvOptions, OptionKind, OptionValue, OPTION_KEYS};
 pub use page::PageError;
 pub use profile::PhaseTimes;
 pub use snapshot::SnapshotError;

@@ -168,7 +168,7 @@ impl KvCache {
     pub fn retire(&mut self, count: usize) -> Result<(), KvError> {
         let p = self.config.page_tokens;
         let retirable = self.retirable();
-        if count % p != 0 || count > retirable {
+        if !count.is_multiple_of(p) || count > retirable {
             return Err(KvError::CannotRetire {
                 count,
                 retirable,

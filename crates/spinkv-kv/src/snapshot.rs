@@ -281,7 +281,7 @@ impl KvCache {
                 return Err(fail("a gap without retired tokens"));
             }
         } else {
-            if retired % p as u64 != 0 {
+            if !retired.is_multiple_of(p as u64) {
                 return Err(fail("not a whole number of pages"));
             }
             if gap != self.head_tokens() as u64 {

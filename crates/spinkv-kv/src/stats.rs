@@ -75,3 +75,144 @@ pub struct CacheStats {
     /// Bytes the same tokens take in a plain fp16 cache.
     pub fp16_equivalent_bytes: usize,
 }
+
+impl CacheStats {
+    /// fp16 pages and compressed pages of `layer` (one layer or the total), from its byte
+    /// counts: the stats carry page sizes, not page counts per kind. Compressed pages come out
+    /// negative when the figures disagree (see [`CacheStats::accounting_problems`]).
+    pub fn page_split(&self, layer: &LayerStats) -> (i64, i64) {
+        let fp16_pages = layer
+            .window_bytes
+            .checked_div(self.fp16_page_bytes)
+            .unwrap_or(0) as i64;
+        (fp16_pages, layer.pages_used as i64 - fp16_pages)
+    }
+
+    /// Ways the figures disagree with each other or with the allocator's page count; empty
+    /// when they all agree. The invariants: every additive total is the sum over layers; each
+    /// layer's bytes are its pages times the page sizes, and equal the sum of their parts; the
+    /// pages in use are the pages allocated minus the free ones.
+    pub fn accounting_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        type Field = fn(&LayerStats) -> usize;
+        let additive: [(&str, Field); 11] = [
+            ("tokens", |l| l.tokens),
+            ("compressed_tokens", |l| l.compressed_tokens),
+            ("fp16_tokens", |l| l.fp16_tokens),
+            ("pages_used", |l| l.pages_used),
+            ("k_payload_bytes", |l| l.k_payload_bytes),
+            ("v_payload_bytes", |l| l.v_payload_bytes),
+            ("norm_bytes", |l| l.norm_bytes),
+            ("header_bytes", |l| l.header_bytes),
+            ("padding_bytes", |l| l.padding_bytes),
+            ("window_bytes", |l| l.window_bytes),
+            ("allocated_bytes", |l| l.allocated_bytes),
+        ];
+        for (key, field) in additive {
+            let summed: u128 = self.layers.iter().map(|l| field(l) as u128).sum();
+            let total = field(&self.total);
+            if summed != total as u128 {
+                problems.push(format!("total {key} {total} != sum over layers {summed}"));
+            }
+        }
+        let named = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("layer {i}"), l))
+            .chain([("total".to_string(), &self.total)]);
+        for (name, layer) in named {
+            let (fp16_pages, coded_pages) = self.page_split(layer);
+            let expected = fp16_pages as i128 * self.fp16_page_bytes as i128
+                + coded_pages as i128 * self.sealed_page_bytes as i128;
+            if layer.allocated_bytes as i128 != expected {
+                problems.push(format!(
+                    "{name}: allocated {} != pages x size {expected}",
+                    layer.allocated_bytes
+                ));
+            }
+            let parts: u128 = [
+                layer.header_bytes,
+                layer.k_payload_bytes,
+                layer.v_payload_bytes,
+                layer.norm_bytes,
+                layer.padding_bytes,
+            ]
+            .iter()
+            .map(|&n| n as u128)
+            .sum();
+            if parts != layer.allocated_bytes as u128 {
+                problems.push(format!(
+                    "{name}: parts {parts} != allocated {}",
+                    layer.allocated_bytes
+                ));
+            }
+            if coded_pages < 0 {
+                problems.push(format!("{name}: more fp16 pages than pages used"));
+            }
+        }
+        let in_use = self.pages_allocated as i128 - self.pages_free as i128;
+        if self.total.pages_used as i128 != in_use {
+            problems.push(format!(
+                "pages used {} != allocated - free {in_use}",
+                self.total.pages_used
+            ));
+        }
+        problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{KvCache, KvConfig, KvShape};
+
+    fn filled(config: KvConfig) -> super::CacheStats {
+        let shape = KvShape {
+            n_layers: 3,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 16,
+        };
+        let mut cache = KvCache::new(shape, config).unwrap();
+        let rows: Vec<f32> = (0..300 * shape.kv_width())
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        for layer in 0..shape.n_layers {
+            cache.append(layer, &rows, &rows).unwrap();
+        }
+        cache.stats()
+    }
+
+    #[test]
+    fn a_real_cache_satisfies_every_accounting_invariant() {
+        for config in [
+            KvConfig::fp16(),
+            KvConfig::turbo(),
+            KvConfig {
+                window: 0,
+                ..KvConfig::kivi(4)
+            },
+        ] {
+            let stats = filled(config);
+            assert_eq!(stats.accounting_problems(), Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn disagreeing_figures_are_named() {
+        let mut stats = filled(KvConfig {
+            window: 0,
+            ..KvConfig::turbo()
+        });
+        stats.layers[0].allocated_bytes += 16;
+        let problems = stats.accounting_problems();
+        assert!(problems.iter().any(|p| p.contains("sum over layers")));
+        assert!(problems.iter().any(|p| p.starts_with("layer 0:")));
+        let mut stats = filled(KvConfig::turbo());
+        stats.pages_free += 1;
+        assert!(stats
+            .accounting_problems()
+            .iter()
+            .any(|p| p.contains("allocated - free")));
+    }
+}

@@ -194,7 +194,7 @@ fn stats_match_the_pool_allocation() {
         );
         assert_eq!(t.tokens, tokens * SHAPE.n_layers);
         assert_eq!(t.fp16_tokens, t.tokens);
-        if tokens % page_tokens == 0 && tokens > 0 {
+        if tokens.is_multiple_of(page_tokens) && tokens > 0 {
             // Full pages: 16 bits per channel plus the 64-byte header per page.
             let expected = 16.0 + 64.0 * 8.0 / (page_tokens * width * 2) as f64;
             assert!(

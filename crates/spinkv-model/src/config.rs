@@ -193,7 +193,7 @@ impl LlamaConfig {
                 raw.max_position_embeddings
             )));
         }
-        if raw.num_attention_heads % num_key_value_heads != 0 {
+        if !raw.num_attention_heads.is_multiple_of(num_key_value_heads) {
             return Err(bad(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {}",
                 raw.num_attention_heads, num_key_value_heads
@@ -201,7 +201,7 @@ impl LlamaConfig {
         }
         let head_dim = match raw.head_dim {
             Some(d) => d,
-            None if raw.hidden_size % raw.num_attention_heads == 0 => {
+            None if raw.hidden_size.is_multiple_of(raw.num_attention_heads) => {
                 raw.hidden_size / raw.num_attention_heads
             }
             None => {

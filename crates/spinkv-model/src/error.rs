@@ -23,6 +23,8 @@ pub enum ModelError {
     NoWeights(PathBuf),
     #[error("invalid safetensors index {path}: {reason}")]
     Index { path: PathBuf, reason: String },
+    #[error("safetensors shard {shard} named in {index} is missing")]
+    MissingShard { index: PathBuf, shard: PathBuf },
     #[error("corrupted or truncated safetensors file {path}: {reason}")]
     Safetensors { path: PathBuf, reason: String },
     #[error("tensor {name} is missing from the model weights")]

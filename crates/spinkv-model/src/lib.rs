@@ -4,6 +4,7 @@
 mod config;
 mod error;
 mod forward;
+mod inspect;
 mod model;
 mod parallel;
 mod sampler;
@@ -13,10 +14,11 @@ mod weights;
 
 pub use config::LlamaConfig;
 pub use error::ModelError;
+pub use inspect::{inspect, ModelInspection, WeightFile};
 pub use model::Model;
 pub use parallel::{set_threads, threads, MAX_THREADS};
 pub use sampler::{Sampler, SamplerParams};
-pub use session::{Session, PREFILL_CHUNK};
+pub use session::{Session, PREFILL_BLOCK_TOKENS};
 pub use timings::PhaseTimings;
 
 pub use spinkv_kernels::WeightDtype;

@@ -19,7 +19,7 @@ use std::time::Instant;
 /// Prompt tokens per forward block. Bounds scratch memory (~6 MB of activations for SmolLM2)
 /// while keeping each weight block's reuse across tokens high: every block streams all the
 /// weights from memory once (pp512 on 2 cores: 64-token blocks ~480-540 tok/s, 256 ~590).
-pub const PREFILL_CHUNK: usize = 256;
+pub const PREFILL_BLOCK_TOKENS: usize = 256;
 
 pub struct Session {
     model: Arc<Model>,
@@ -62,7 +62,7 @@ impl Session {
         self.max_context
     }
 
-    /// Append `tokens` to the context (batched, in blocks of [`PREFILL_CHUNK`]). With
+    /// Append `tokens` to the context (batched, in blocks of [`PREFILL_BLOCK_TOKENS`]). With
     /// `all_logits`, returns `[tokens.len() * vocab]` logits, one row per token. Errors are
     /// raised before anything is mutated.
     pub fn prefill(

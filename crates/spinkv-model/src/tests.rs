@@ -333,7 +333,7 @@ fn prefill_all_logits_equals_stepwise_decode() {
     for store in [Store::F32, Store::F16, Store::Bf16] {
         let (_dir, model) = tiny_model(store, false);
         // Longer than one prefill chunk, so chunk boundaries are covered too.
-        let tokens = prompt(PREFILL_CHUNK + 9);
+        let tokens = prompt(PREFILL_BLOCK_TOKENS + 9);
         let mut batched = Session::new(model.clone(), KvConfig::fp16()).unwrap();
         let all = batched.prefill(&tokens, true).unwrap().unwrap();
         assert_eq!(all.len(), tokens.len() * VOCAB);
@@ -687,4 +687,44 @@ fn thread_counts_beyond_the_maximum_are_errors_and_keep_the_pool() {
         assert!(err.to_string().contains("at most 256"), "{err}");
     }
     assert_eq!(threads(), before);
+}
+
+#[test]
+fn inspection_describes_the_files_the_loader_maps() {
+    for (store, name) in [(Store::F16, "float16"), (Store::Bf16, "bfloat16")] {
+        let (dir, model) = tiny_model(store, true);
+        std::fs::write(dir.0.join("tokenizer.json"), b"{\"not\": \"weights\"}").unwrap();
+        let seen = inspect(&dir.0).unwrap();
+        assert_eq!(&seen.config, model.config());
+        let files: Vec<_> = seen
+            .weight_files
+            .iter()
+            .map(|f| f.path.file_name().unwrap().to_owned())
+            .collect();
+        assert_eq!(files, ["model.safetensors"]);
+        assert_eq!(seen.weight_bytes(), model.file_bytes());
+        // The tiny model stores exactly the tensors the forward uses.
+        assert_eq!(seen.parameters, model.config().n_params() as u64);
+        assert_eq!(seen.dtype, name);
+        assert!(
+            seen.dir_bytes > seen.weight_bytes(),
+            "tokenizer and config count too"
+        );
+    }
+}
+
+#[test]
+fn inspection_refuses_what_the_loader_refuses() {
+    let dir = TempDir::new();
+    assert!(matches!(
+        inspect(&dir.0.join("missing")),
+        Err(ModelError::MissingDir(_))
+    ));
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    assert!(matches!(inspect(&dir.0), Err(ModelError::NoWeights(_))));
+    std::fs::write(dir.0.join("model.safetensors"), [0xff; 16]).unwrap();
+    assert!(matches!(
+        inspect(&dir.0),
+        Err(ModelError::Safetensors { .. })
+    ));
 }

@@ -267,7 +267,7 @@ impl Loader<'_> {
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
         let (loc, dtype) = self.locate(name, &[rows, cols])?;
         let bytes = &self.shards[loc.shard][loc.start..loc.end];
-        let aligned = (bytes.as_ptr() as usize) % dtype.size_bytes() == 0;
+        let aligned = (bytes.as_ptr() as usize).is_multiple_of(dtype.size_bytes());
         let storage = if aligned {
             Storage::Mapped {
                 shard: loc.shard,
@@ -345,13 +345,23 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// model.safetensors, or the shards named by model.safetensors.index.json (in sorted order).
-fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+/// model.safetensors, or the shards named by model.safetensors.index.json (in sorted order):
+/// the one rule for which files a model is, shared by the loader and `inspect`.
+pub(crate) fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let single = dir.join(SINGLE_FILE);
     if single.is_file() {
         return Ok(vec![single]);
     }
     let index_path = dir.join(INDEX_FILE);
+    for path in [&single, &index_path] {
+        // A directory (or FIFO...) by that name is a broken model, not a missing file.
+        if path.exists() && !path.is_file() {
+            return Err(ModelError::Safetensors {
+                path: path.clone(),
+                reason: "not a regular file".into(),
+            });
+        }
+    }
     if !index_path.is_file() {
         return Err(ModelError::NoWeights(dir.to_path_buf()));
     }
@@ -384,7 +394,10 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     }
     let files: Vec<PathBuf> = shard_names.into_iter().map(|f| dir.join(f)).collect();
     if let Some(missing) = files.iter().find(|f| !f.is_file()) {
-        return Err(bad(format!("shard {} is missing", missing.display())));
+        return Err(ModelError::MissingShard {
+            index: index_path.clone(),
+            shard: missing.clone(),
+        });
     }
     Ok(files)
 }

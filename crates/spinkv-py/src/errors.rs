@@ -16,8 +16,8 @@ use std::sync::Once;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
-use spinkv_kv::KvError;
-use spinkv_model::ModelError;
+use spinkv_core::persist::{mismatched_fields, transcript_survives};
+use spinkv_core::{InvalidInput, KvError, ModelError, SessionError};
 
 const ERRORS_MODULE: &str = "spinkv.errors";
 
@@ -145,7 +145,9 @@ pub fn model_error(err: ModelError) -> PyErr {
         | ModelError::InvalidSampling(_)
         | ModelError::Threads(_)
         | ModelError::TooLarge(_) => Kind::InvalidInput,
-        ModelError::MissingDir(_) | ModelError::NoWeights(_) => Kind::ModelNotFound,
+        ModelError::MissingDir(_) | ModelError::NoWeights(_) | ModelError::MissingShard { .. } => {
+            Kind::ModelNotFound
+        }
         ModelError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             Kind::ModelNotFound
         }
@@ -164,7 +166,9 @@ pub fn model_error(err: ModelError) -> PyErr {
 
 pub fn kv_error(err: KvError) -> PyErr {
     let kind = match err {
-        KvError::InvalidConfig(_) | KvError::UnknownPreset(_) => Kind::InvalidInput,
+        KvError::InvalidConfig(_) | KvError::InvalidOption(_) | KvError::UnknownPreset(_) => {
+            Kind::InvalidInput
+        }
         KvError::ContextFull { .. } => Kind::ContextOverflow,
         _ => Kind::KvCache,
     };
@@ -173,6 +177,28 @@ pub fn kv_error(err: KvError) -> PyErr {
 
 pub fn invalid_input(message: impl Into<String>) -> PyErr {
     new_error(Kind::InvalidInput, message)
+}
+
+/// A bad argument the core refused.
+pub fn core_invalid_input(err: InvalidInput) -> PyErr {
+    invalid_input(err.0)
+}
+
+/// A session save/read/restore problem: an identity mismatch (with its fields), damaged pages
+/// whose transcript survives, an unreadable file, or the OS error of a failed write.
+pub fn session_error(err: SessionError) -> PyErr {
+    if let SessionError::Write(io) = err {
+        return io.into();
+    }
+    let message = err.to_string();
+    if let Some(fields) = mismatched_fields(&err) {
+        return identity_mismatch(message, fields.to_vec());
+    }
+    let kind = match transcript_survives(&err) {
+        true => Kind::SessionPages,
+        false => Kind::SessionFile,
+    };
+    new_error(kind, message)
 }
 
 /// Runs `work` and turns a panic into `InternalError` instead of letting it unwind into

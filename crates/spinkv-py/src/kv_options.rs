@@ -1,104 +1,139 @@
-//! The `kv=` dict accepted by `Model.session` → `KvConfig`. Unknown keys are an error so a typo
-//! never silently falls back to a default.
+//! Cache options between Python and the core: the `kv=` dict of `Model.session` in, resolved
+//! options and presets out. Keys, types, the default preset and the merge rule are the core's
+//! (`spinkv_core::KvOptions`, `KvConfig::from_options`).
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use spinkv_kv::{KvConfig, NormFormat};
+use pyo3::types::{PyDict, PyTuple};
+use spinkv_core::{
+    KvConfig, KvOptions, OptionKind, OptionValue, DEFAULT_PRESET, OPTION_KEYS,
+    PREFILL_BLOCK_TOKENS, PRESETS,
+};
 
-use crate::errors::{invalid_input, kv_error};
+use crate::errors::{guarded, invalid_input, kv_error};
 
-/// The preset used when none is named: the design study's first product mode.
-pub const DEFAULT_PRESET: &str = "turbo";
+fn option_value(key: &str, kind: OptionKind, value: &Bound<'_, PyAny>) -> PyResult<OptionValue> {
+    Ok(match kind {
+        OptionKind::Text => OptionValue::Text(value.extract()?),
+        OptionKind::Bits => OptionValue::Bits(value.extract()?),
+        OptionKind::Count => OptionValue::Count(
+            value
+                .extract()
+                .map_err(|_| invalid_input(format!("{key} must be an integer")))?,
+        ),
+        OptionKind::Seed => OptionValue::Seed(value.extract()?),
+    })
+}
 
-const KEYS: [&str; 10] = [
-    "preset",
-    "k_bits",
-    "v_bits",
-    "window",
-    "page_tokens",
-    "sink_tokens",
-    "max_context",
-    "key_norm",
-    "kivi_group",
-    "seed",
-];
+/// The options in a Python dict; `None` values count as not given.
+pub fn kv_options_from_dict(options: Option<&Bound<'_, PyDict>>) -> PyResult<KvOptions> {
+    let mut out = KvOptions::default();
+    let Some(options) = options else {
+        return Ok(out);
+    };
+    // Every key first, so a typo is reported even beside a bad value.
+    let mut given = Vec::with_capacity(options.len());
+    for (key, value) in options.iter() {
+        let key: String = key.extract()?;
+        let kind = KvOptions::kind_of(&key).map_err(kv_error)?;
+        given.push((key, kind, value));
+    }
+    for (key, kind, value) in given.iter().filter(|(_, _, v)| !v.is_none()) {
+        let value = option_value(key, *kind, value)?;
+        out.set(key, value).map_err(kv_error)?;
+    }
+    Ok(out)
+}
 
+/// The cache policy of a `kv=` dict on a model with `context` positions.
 pub fn kv_config_from_dict(
     options: Option<&Bound<'_, PyDict>>,
     context: usize,
 ) -> PyResult<KvConfig> {
-    let Some(options) = options else {
-        return Ok(KvConfig {
-            max_tokens: context,
-            ..KvConfig::preset(DEFAULT_PRESET).map_err(kv_error)?
-        });
-    };
-    for key in options.keys() {
-        let key: String = key.extract()?;
-        if !KEYS.contains(&key.as_str()) {
-            return Err(invalid_input(format!(
-                "unknown KV option {key:?} (expected one of {})",
-                KEYS.join(", ")
-            )));
-        }
-    }
-    let get = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-        Ok(options.get_item(name)?.filter(|v| !v.is_none()))
-    };
-    let preset: String = match get("preset")? {
-        Some(v) => v.extract()?,
-        None => DEFAULT_PRESET.to_string(),
-    };
-    let mut config = KvConfig::preset(&preset).map_err(kv_error)?;
-    config.max_tokens = context;
-    if let Some(v) = get("k_bits")? {
-        config.k_bits = v.extract()?;
-    }
-    if let Some(v) = get("v_bits")? {
-        config.v_bits = v.extract()?;
-    }
-    if let Some(v) = get("window")? {
-        config.window = extract_count(&v, "window")?;
-    }
-    if let Some(v) = get("page_tokens")? {
-        config.page_tokens = extract_count(&v, "page_tokens")?;
-    }
-    if let Some(v) = get("sink_tokens")? {
-        config.sink_tokens = extract_count(&v, "sink_tokens")?;
-    }
-    if let Some(v) = get("kivi_group")? {
-        config.kivi_group = extract_count(&v, "kivi_group")?;
-    }
-    if let Some(v) = get("seed")? {
-        config.seed = v.extract()?;
-    }
-    if let Some(v) = get("max_context")? {
-        let wanted = extract_count(&v, "max_context")?;
-        if wanted == 0 || wanted > context {
-            return Err(invalid_input(format!(
-                "max_context {wanted} must be in 1..={context} (the model's context length)"
-            )));
-        }
-        config.max_tokens = wanted;
-    }
-    if let Some(v) = get("key_norm")? {
-        let name: String = v.extract()?;
-        config.key_norm = match name.as_str() {
-            "u8" | "log-u8" => NormFormat::LogU8,
-            "f16" => NormFormat::F16,
-            other => {
-                return Err(invalid_input(format!(
-                    "key_norm {other:?} must be \"u8\" or \"f16\""
-                )))
-            }
-        };
-    }
-    Ok(config)
+    let options = kv_options_from_dict(options)?;
+    KvConfig::from_options(&options, Some(context)).map_err(kv_error)
 }
 
-fn extract_count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
-    let n: i64 = value
-        .extract()
-        .map_err(|_| invalid_input(format!("{name} must be an integer")))?;
-    usize::try_from(n).map_err(|_| invalid_input(format!("{name} must be >= 0, got {n}")))
+fn option_object<'py>(py: Python<'py>, value: OptionValue) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        OptionValue::Text(text) => text.into_pyobject(py)?.into_any(),
+        OptionValue::Bits(bits) => bits.into_pyobject(py)?.into_any(),
+        OptionValue::Count(n) => n.into_pyobject(py)?.into_any(),
+        OptionValue::Seed(seed) => seed.into_pyobject(py)?.into_any(),
+    })
+}
+
+fn config_dict<'py>(py: Python<'py>, preset: &str, c: &KvConfig) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("preset", preset)?;
+    d.set_item("codec", c.codec.name())?;
+    d.set_item("k_bits", c.k_bits)?;
+    d.set_item("v_bits", c.v_bits)?;
+    d.set_item("window", c.window)?;
+    d.set_item("page_tokens", c.page_tokens)?;
+    d.set_item("sink_tokens", c.sink_tokens)?;
+    d.set_item("max_context", c.max_tokens)?;
+    d.set_item("key_norm", c.key_norm.name())?;
+    d.set_item("kivi_group", c.kivi_group)?;
+    d.set_item("seed", c.seed)?;
+    Ok(d)
+}
+
+/// `kv_options(preset=None, *, context=None, **overrides) -> dict`: every option resolved
+/// (the default preset when none is named; `context` is the model's, when known).
+#[pyfunction]
+#[pyo3(signature = (preset=None, *, context=None, **overrides))]
+fn kv_options<'py>(
+    py: Python<'py>,
+    preset: Option<&Bound<'py, PyAny>>,
+    context: Option<usize>,
+    overrides: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let all = overrides.map_or_else(|| PyDict::new(py), |d| d.copy().unwrap_or(PyDict::new(py)));
+    if let Some(preset) = preset {
+        all.set_item("preset", preset)?;
+    }
+    let options = kv_options_from_dict(Some(&all))?;
+    let config = guarded(|| KvConfig::from_options(&options, context).map_err(kv_error))?;
+    config_dict(py, options.preset_name(), &config)
+}
+
+/// `kv_presets() -> list[dict]`: each preset resolved, with `default` marking the one used
+/// when none is named.
+#[pyfunction]
+fn kv_presets(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    PRESETS
+        .iter()
+        .map(|&name| {
+            let config = KvConfig::preset(name).map_err(kv_error)?;
+            let d = config_dict(py, name, &config)?;
+            d.set_item("default", name == DEFAULT_PRESET)?;
+            Ok(d)
+        })
+        .collect()
+}
+
+/// `parse_kv_spec("turbo:window=0:k=3") -> {"preset": "turbo", "window": 0, "k_bits": 3.0}`:
+/// the options a spec names, in the order written (short names resolved).
+#[pyfunction]
+fn parse_kv_spec<'py>(py: Python<'py>, spec: &str) -> PyResult<Bound<'py, PyDict>> {
+    let (options, order) = KvOptions::parse_spec(spec).map_err(kv_error)?;
+    let d = PyDict::new(py);
+    for key in std::iter::once("preset").chain(order) {
+        if let Some(value) = options.get(key) {
+            d.set_item(key, option_object(py, value)?)?;
+        }
+    }
+    Ok(d)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("DEFAULT_KV_PRESET", DEFAULT_PRESET)?;
+    m.add("KV_PRESETS", PyTuple::new(py, PRESETS)?)?;
+    m.add("KV_OPTION_KEYS", PyTuple::new(py, OPTION_KEYS)?)?;
+    m.add("PREFILL_BLOCK_TOKENS", PREFILL_BLOCK_TOKENS)?;
+    m.add_function(wrap_pyfunction!(kv_options, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_presets, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_kv_spec, m)?)?;
+    Ok(())
 }

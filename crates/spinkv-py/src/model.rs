@@ -1,22 +1,21 @@
 //! `Model`: loaded weights, shared by every session made from it.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use spinkv_model::{Model, Session};
+use spinkv_core::{hex, Model, ModelHashCell, Session};
 
-use crate::errors::{guarded, model_error};
+use crate::errors::{guarded, model_error, session_error};
 use crate::kv_options::kv_config_from_dict;
-use crate::persist::{model_hash, ModelHashCell};
 use crate::session::PySession;
 
 #[pyclass(name = "Model", module = "spinkv._native", frozen)]
 pub struct PyModel {
     pub(crate) inner: Arc<Model>,
     /// Content hash of the weights, computed on first use and shared with the sessions.
-    hash: ModelHashCell,
+    hash: Arc<ModelHashCell>,
 }
 
 impl PyModel {
@@ -52,7 +51,7 @@ impl PyModel {
         let inner = py.detach(|| guarded(|| Model::load(&path).map_err(model_error)))?;
         Ok(PyModel {
             inner,
-            hash: Arc::new(OnceLock::new()),
+            hash: Arc::new(ModelHashCell::new()),
         })
     }
 
@@ -60,8 +59,8 @@ impl PyModel {
     /// loaded model, cached on disk by file size and mtime.
     fn content_hash(&self, py: Python<'_>) -> PyResult<String> {
         let (cell, dir) = (&self.hash, self.inner.dir());
-        let digest = py.detach(|| guarded(|| model_hash(cell, dir)))?;
-        Ok(spinkv_kv::identity::hex(&digest))
+        let digest = py.detach(|| guarded(|| cell.labelled(dir).map_err(session_error)))?;
+        Ok(hex(&digest))
     }
 
     /// Architecture figures as a dict (see docs/ARCHITECTURE.md for the keys).

@@ -36,25 +36,14 @@ fn set_isa(name: &str) -> PyResult<()> {
 #[pyfunction]
 fn kernel_bench(py: Python<'_>, name: &str) -> PyResult<Vec<String>> {
     py.detach(|| {
-        guarded(|| {
-            let before = spinkv_kernels::active_isa();
-            let isa = spinkv_kernels::select_isa(name).map_err(|e| invalid_input(e.to_string()))?;
-            let lines = guarded(|| {
-                let origin = std::time::Instant::now();
-                let now = move || origin.elapsed().as_secs_f64() * 1e3;
-                Ok(spinkv_kernels::bench::run(isa, &now))
-            });
-            // Restored even when the bench panicked.
-            spinkv_kernels::set_isa(before).map_err(|e| invalid_input(e.to_string()))?;
-            lines
-        })
+        guarded(|| spinkv_core::kernel_bench(name).map_err(|e| invalid_input(e.to_string())))
     })
 }
 
 /// Threads of the compute pool, 1..=MAX_THREADS (256); the old pool stays on any error.
 #[pyfunction]
 fn set_threads(py: Python<'_>, n: &Bound<'_, PyAny>) -> PyResult<()> {
-    let max = spinkv_model::MAX_THREADS;
+    let max = spinkv_core::MAX_THREADS;
     let n = n
         .extract::<i64>()
         .ok()
@@ -63,12 +52,12 @@ fn set_threads(py: Python<'_>, n: &Bound<'_, PyAny>) -> PyResult<()> {
         .ok_or_else(|| {
             invalid_input(format!("threads must be an integer in 1..={max}, got {n}"))
         })?;
-    py.detach(|| guarded(|| spinkv_model::set_threads(n).map_err(model_error)))
+    py.detach(|| guarded(|| spinkv_core::set_threads(n).map_err(model_error)))
 }
 
 #[pyfunction]
 fn threads() -> PyResult<usize> {
-    guarded(|| Ok(spinkv_model::threads()))
+    guarded(|| Ok(spinkv_core::threads()))
 }
 
 /// Panics inside `guarded`, for tests of the panic path (InternalError, nothing on stderr).

@@ -1,22 +1,26 @@
 //! `Session`: one conversation's token history and KV cache.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyString};
-use spinkv_kv::{CacheStats, LayerStats};
-use spinkv_model::Session;
+use spinkv_core::persist::{current_identity, load_session, save_session};
+use spinkv_core::{hex, prefix, state_digest, ModelHashCell, Session};
 
-use crate::errors::{guarded, invalid_input, model_error, new_error, Kind};
-use crate::persist::{self, IdentityExtra, ModelHashCell};
+use crate::errors::{
+    core_invalid_input, guarded, invalid_input, model_error, new_error, session_error, Kind,
+};
+use crate::persist::{identity_dict, identity_hashes};
 use crate::sampler::PySampler;
+use crate::stats::stats_dict;
 
 #[pyclass(name = "Session", module = "spinkv._native")]
 pub struct PySession {
     pub(crate) inner: Session,
     /// The model's content hash (shared with the `Model`), for the cache identity.
-    pub(crate) model_hash: ModelHashCell,
+    pub(crate) model_hash: Arc<ModelHashCell>,
 }
 
 /// One token id from Python. Taken as any object, not `u32`, so that -1 or 2**70 is an
@@ -270,17 +274,16 @@ impl PySession {
     /// blake3 (hex) of the tokens and the canonical KV snapshot: equal digests, equal state.
     fn state_digest(&self, py: Python<'_>) -> PyResult<String> {
         let session = &self.inner;
-        py.detach(|| {
-            guarded(|| {
-                let mut bytes: Vec<u8> = session
-                    .tokens()
-                    .iter()
-                    .flat_map(|t| t.to_le_bytes())
-                    .collect();
-                session.cache().export_snapshot(&mut bytes);
-                Ok(spinkv_kv::identity::hex(&spinkv_session::digest(&bytes)))
-            })
-        })
+        py.detach(|| guarded(|| Ok(hex(&state_digest(session)))))
+    }
+
+    /// Truncates the session to the tokens `prompt` can reuse (its common prefix with the
+    /// session's tokens, the prompt's last token always excluded) and returns how many were
+    /// kept: prefill `prompt[kept:]` next.
+    fn reuse_prefix(&mut self, prompt: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let prompt = token_ids(prompt, self.vocab_size())?;
+        let session = &mut self.inner;
+        guarded(|| prefix::reuse_prefix(session, &prompt).map_err(core_invalid_input))
     }
 
     // ---- persistence --------------------------------------------------------------------
@@ -293,16 +296,12 @@ impl PySession {
         py: Python<'py>,
         identity_extra: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let extra = IdentityExtra::from_dict(identity_extra)?;
-        let (cell, dir) = (&self.model_hash, self.inner.model().dir());
-        let session = &self.inner;
+        let hashes = identity_hashes(identity_extra)?;
+        let (session, cell) = (&self.inner, &self.model_hash);
         let identity = py.detach(|| {
-            guarded(|| {
-                let hash = persist::model_hash(cell, dir)?;
-                Ok(persist::identity_of(session, hash, &extra))
-            })
+            guarded(|| current_identity(session, cell, &hashes).map_err(session_error))
         })?;
-        persist::identity_dict(py, &identity)
+        identity_dict(py, &identity)
     }
 
     /// Writes this session (identity, `transcript` JSON text, tokens, KV pages as stored) to
@@ -316,12 +315,11 @@ impl PySession {
         transcript: &str,
         identity_extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<usize> {
-        let extra = IdentityExtra::from_dict(identity_extra)?;
+        let hashes = identity_hashes(identity_extra)?;
         let (session, cell) = (&self.inner, &self.model_hash);
         py.detach(|| {
             guarded(|| {
-                let hash = persist::model_hash(cell, session.model().dir())?;
-                persist::save(session, hash, &extra, transcript, &path).map_err(Into::into)
+                save_session(session, cell, &hashes, transcript, &path).map_err(session_error)
             })
         })
     }
@@ -338,66 +336,8 @@ impl PySession {
         path: PathBuf,
         identity_extra: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<String> {
-        let extra = IdentityExtra::from_dict(identity_extra)?;
+        let hashes = identity_hashes(identity_extra)?;
         let (session, cell) = (&mut self.inner, &self.model_hash);
-        py.detach(|| {
-            guarded(|| {
-                // Pages are reused only on the weights that made them: the full content hash,
-                // never the size + mtime cache.
-                let hash = persist::verified_model_hash(cell, session.model().dir())?;
-                let (transcript, tokens, cache) =
-                    persist::load_checked(session, hash, &extra, &path)
-                        .map_err(|e| persist::file_error(&path, e))?;
-                session.restore(tokens, cache).map_err(|e| {
-                    new_error(
-                        Kind::SessionPages,
-                        format!(
-                            "session file {} cannot be restored into this session: {e}",
-                            path.display()
-                        ),
-                    )
-                })?;
-                Ok(transcript)
-            })
-        })
+        py.detach(|| guarded(|| load_session(session, cell, &hashes, &path).map_err(session_error)))
     }
-}
-
-fn layer_dict<'py>(py: Python<'py>, s: &LayerStats) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("tokens", s.tokens)?;
-    d.set_item("compressed_tokens", s.compressed_tokens)?;
-    d.set_item("fp16_tokens", s.fp16_tokens)?;
-    d.set_item("pages_used", s.pages_used)?;
-    d.set_item("k_payload_bytes", s.k_payload_bytes)?;
-    d.set_item("v_payload_bytes", s.v_payload_bytes)?;
-    d.set_item("norm_bytes", s.norm_bytes)?;
-    d.set_item("header_bytes", s.header_bytes)?;
-    d.set_item("padding_bytes", s.padding_bytes)?;
-    d.set_item("window_bytes", s.window_bytes)?;
-    d.set_item("allocated_bytes", s.allocated_bytes)?;
-    d.set_item("bits_per_channel", s.bits_per_channel)?;
-    d.set_item("compression_vs_fp16", s.compression_vs_fp16)?;
-    Ok(d)
-}
-
-fn stats_dict<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("codec", s.codec.name())?;
-    d.set_item("tokens", s.tokens)?;
-    d.set_item("pages_allocated", s.pages_allocated)?;
-    d.set_item("pages_free", s.pages_free)?;
-    d.set_item("pool_bytes", s.pool_bytes)?;
-    d.set_item("fp16_page_bytes", s.fp16_page_bytes)?;
-    d.set_item("sealed_page_bytes", s.sealed_page_bytes)?;
-    d.set_item("scratch_bytes", s.scratch_bytes)?;
-    d.set_item("fp16_equivalent_bytes", s.fp16_equivalent_bytes)?;
-    d.set_item("total", layer_dict(py, &s.total)?)?;
-    let layers = s
-        .layers
-        .iter()
-        .map(|l| layer_dict(py, l))
-        .collect::<PyResult<Vec<_>>>()?;
-    d.set_item("layers", layers)?;
-    Ok(d)
 }

@@ -23,8 +23,12 @@
 //! Errors split in two: the file is unreadable (its transcript is lost to this reader), or
 //! only its cache is unusable (identity mismatch, damaged pages) and the transcript survives.
 
+#[cfg(feature = "fs")]
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
+#[cfg(feature = "fs")]
+use std::io::Read;
+#[cfg(feature = "fs")]
 use std::path::Path;
 
 use spinkv_kv::identity::IdentityError;
@@ -245,6 +249,7 @@ fn parse_header(
 }
 
 /// Reads and checks the header of the session file at `path` without reading its pages.
+#[cfg(feature = "fs")]
 pub fn read_header(path: &Path) -> Result<SessionHeader, SessionFileError> {
     let meta = std::fs::metadata(path)?;
     if meta.is_dir() {
@@ -278,6 +283,27 @@ pub fn parse_header_bytes(bytes: &[u8]) -> Result<SessionHeader, SessionFileErro
     )
 }
 
+/// Whether the whole-file digest (the last 32 bytes) matches every byte before it: the check
+/// that covers the pages, which [`read_header`] leaves out. False for anything too short.
+pub fn file_digest_holds(bytes: &[u8]) -> bool {
+    match bytes.len().checked_sub(TRAILER) {
+        Some(body_len) => {
+            let (body, trailer) = bytes.split_at(body_len);
+            digest(body) == trailer
+        }
+        None => false,
+    }
+}
+
+/// Reads the session file at `path` and checks its whole-file digest.
+#[cfg(feature = "fs")]
+pub fn file_is_intact(path: &Path) -> Result<bool, SessionFileError> {
+    if std::fs::metadata(path)?.is_dir() {
+        return Err(SessionFileError::Directory);
+    }
+    Ok(file_digest_holds(&std::fs::read(path)?))
+}
+
 /// Restores the state of a session file in memory for a cache of `config` whose identity is
 /// `expected` (its context fields are not compared): header, identity, file checksum, token
 /// list, context digest, then every page (`KvCache::import_snapshot`). Nothing is returned
@@ -292,10 +318,10 @@ pub fn restore(
     if !differ.is_empty() {
         return Err(SessionFileError::IdentityMismatch(differ));
     }
-    let (body, trailer) = bytes.split_at(bytes.len() - TRAILER);
-    if digest(body) != trailer {
+    if !file_digest_holds(bytes) {
         return Err(SessionFileError::FileChecksum);
     }
+    let body = &bytes[..bytes.len() - TRAILER];
     let state = &body[body.len() - header.state_bytes as usize..];
     let mut r = Reader::new(state);
     let bad = |what: String| SessionFileError::Tokens(what);
@@ -459,6 +485,19 @@ pub(crate) mod tests {
         );
     }
 
+    #[test]
+    fn the_file_digest_covers_every_byte() {
+        let (bytes, _) = sample_file(12);
+        assert!(file_digest_holds(&bytes));
+        for at in [0, 72, bytes.len() / 2, bytes.len() - 1] {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0x10;
+            assert!(!file_digest_holds(&flipped), "flip at {at}");
+        }
+        assert!(!file_digest_holds(&bytes[..31]));
+    }
+
+    #[cfg(feature = "fs")]
     #[test]
     fn reading_the_header_from_disk_checks_the_same_things() {
         let dir = std::env::temp_dir().join(format!("spinkv-file-{}", std::process::id()));

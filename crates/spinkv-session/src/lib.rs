@@ -2,18 +2,24 @@
 //!
 //! - `file`: the `.spkv` session file (magic, version, identity record, transcript, tokens and
 //!   KV pages, checksums) with a parser that never panics.
-//! - `model_hash`: a content hash of a model's weights and config, cached by size and mtime.
+//! - `model_hash`: a content hash of a model's weights and config, cached by size and mtime
+//!   (feature `fs`).
 //! - [`runtime_build`] and [`context_digest`]: the remaining identity inputs.
 //!
-//! It depends on spinkv-kv only; the binding joins it to a model's sessions.
+//! It depends on spinkv-kv only; spinkv-core joins it to a model's sessions. Without the
+//! default `fs` feature it works on bytes only and builds for wasm32-unknown-unknown.
 
 pub mod file;
+#[cfg(feature = "fs")]
 pub mod model_hash;
 
 pub use file::{
-    read_header, restore, save_bytes, SessionFileError, SessionHeader, SessionState,
-    FORMAT_VERSION, MAGIC,
+    file_digest_holds, parse_header_bytes, restore, save_bytes, SessionFileError, SessionHeader,
+    SessionState, FORMAT_VERSION, MAGIC,
 };
+#[cfg(feature = "fs")]
+pub use file::{file_is_intact, read_header};
+#[cfg(feature = "fs")]
 pub use model_hash::{model_hash, model_hash_verified, ModelHash};
 
 use spinkv_kv::Digest;

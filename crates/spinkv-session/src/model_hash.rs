@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 use spinkv_kv::identity::hex;
-use spinkv_kv::Digest;
+use spinkv_kv::{parse_hex_digest, Digest};
 
 pub const CACHE_FILE: &str = ".spinkv-model-hash";
 const CACHE_HEADER: &str = "spinkv-model-hash v1";
@@ -88,14 +88,7 @@ fn read_cache(dir: &Path, keys: &[FileKey]) -> Option<Digest> {
     if render_cache(&[0; 32], keys).lines().skip(2).ne(lines) {
         return None;
     }
-    let mut digest = [0u8; 32];
-    if digest_hex.len() != 64 {
-        return None;
-    }
-    for (i, byte) in digest.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(digest_hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(digest)
+    parse_hex_digest(digest_hex).ok()
 }
 
 fn write_cache(dir: &Path, digest: &Digest, keys: &[FileKey]) {

@@ -149,7 +149,7 @@ fn page_spans(bytes: &[u8]) -> Vec<Range<usize>> {
         ];
         for size in sizes
             .iter()
-            .flat_map(|&(size, n)| std::iter::repeat(size).take(n))
+            .flat_map(|&(size, n)| std::iter::repeat_n(size, n))
         {
             spans.push(at..at + size);
             at += size;

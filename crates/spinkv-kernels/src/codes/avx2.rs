@@ -3,32 +3,9 @@
 //! and a mask leave the code; levels come from `vpermps` (up to 3 bits: one 8-entry table;
 //! 4 bits: two tables and a blend on bit 3) or a gather (5..8 bits).
 
-use super::{scalar, CodeLayout, Levels, Segment, WINDOWS_32};
+use super::{group_bytes, read_word, scalar, CodeLayout, Levels, Segment, WINDOWS_32};
 use crate::simd::avx2::tail_mask;
 use std::arch::x86_64::*;
-
-/// Reads the `n <= 8` bytes at `at` as a little-endian word (bytes above `n` are unspecified):
-/// one unaligned load, from `at` or ending at the slice's end and shifted down.
-#[inline(always)]
-fn read_word(bytes: &[u8], at: usize, n: usize) -> u64 {
-    debug_assert!(at + n <= bytes.len() && n <= 8);
-    if at + 8 <= bytes.len() {
-        u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
-    } else if bytes.len() >= 8 {
-        let start = bytes.len() - 8;
-        u64::from_le_bytes(bytes[start..].try_into().expect("8 bytes")) >> (8 * (at - start))
-    } else {
-        let mut word = [0u8; 8];
-        word[..n].copy_from_slice(&bytes[at..at + n]);
-        u64::from_le_bytes(word)
-    }
-}
-
-/// Packed bytes of `n` codes of `width` bits.
-#[inline(always)]
-fn group_bytes(n: usize, width: u32) -> usize {
-    (n * width as usize).div_ceil(8)
-}
 
 /// One segment's constants in registers: how to cut its codes out, how to look them up.
 #[derive(Clone, Copy)]
@@ -43,13 +20,6 @@ struct SegmentPlan {
     t0: __m256,
     t1: __m256,
     table: *const f32,
-}
-
-/// Up to 8 channels `first..first + n` of a decoded row (an accumulator tile's unit).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Group {
-    pub(crate) first: usize,
-    pub(crate) n: usize,
 }
 
 /// Decodes rows of a code block to levels (or to bare codes) with one layout and codebook.

@@ -5,15 +5,9 @@
 //! the code; levels come from `vpermps` (up to 4 bits: one 16-entry table), `vpermt2ps`
 //! (5 bits) or a gather (6..8 bits).
 
-use super::{scalar, CodeLayout, Levels, Segment, WINDOWS_32};
+use super::{group_bytes, scalar, CodeLayout, Levels, Segment, WINDOWS_32};
 use crate::simd::avx512::tail_mask;
 use std::arch::x86_64::*;
-
-/// Packed bytes of `n` codes of `width` bits.
-#[inline(always)]
-fn group_bytes(n: usize, width: u32) -> usize {
-    (n * width as usize).div_ceil(8)
-}
 
 /// Head dims up to this decode group by group; larger ones through the scalar decoder.
 pub(crate) const MAX_PLANNED_DIM: usize = 1024;

@@ -8,16 +8,7 @@
 //! groups of 8 or 16 codes, which always start on a byte (8·w bits = w bytes), so a segment
 //! that starts on a byte is decoded group by group with per-width shuffle/shift tables.
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, avx2, avx512, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 
@@ -152,6 +143,90 @@ impl Levels<'_> {
     }
 }
 
+/// A block of packed rows with what decodes them: `codes` holds `scales.len()` rows of
+/// `layout.bytes()`, row `j` standing for `scales[j] · levels(row j)`. The attention kernels'
+/// argument, so every ISA's signature stays short.
+#[derive(Clone, Copy)]
+pub struct CodedRows<'a> {
+    pub codes: &'a [u8],
+    pub layout: &'a CodeLayout,
+    pub levels: Levels<'a>,
+    pub scales: &'a [f32],
+}
+
+impl<'a> CodedRows<'a> {
+    pub fn new(
+        codes: &'a [u8],
+        layout: &'a CodeLayout,
+        levels: Levels<'a>,
+        scales: &'a [f32],
+    ) -> Self {
+        CodedRows {
+            codes,
+            layout,
+            levels,
+            scales,
+        }
+    }
+}
+
+/// The code-row decoder of each x86 register width (`avx2::RowDecoder`, `avx512::RowDecoder`),
+/// for the width-generic attention kernels.
+#[cfg(target_arch = "x86_64")]
+pub(crate) trait Decoders: crate::simd::x86::Vector {
+    type Decoder: DecodeRows;
+}
+
+/// The methods of both x86 `RowDecoder`s (see there). # Safety (the unsafe ones): the
+/// decoder's ISA, and the contracts of its inherent methods.
+#[cfg(target_arch = "x86_64")]
+pub(crate) trait DecodeRows {
+    fn new(layout: &CodeLayout, levels: Levels<'_>) -> Self;
+    fn has_segments(&self) -> bool;
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn decode_rows(
+        &self,
+        bytes: &[u8],
+        at: usize,
+        row_bytes: usize,
+        n_rows: usize,
+        dst: *mut f32,
+        stride: usize,
+    );
+    unsafe fn decode(&self, bytes: &[u8], at: usize, levels: Levels<'_>, out: &mut [f32]);
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! decoders {
+    ($($reg:ty => $isa:ident),*) => {$(
+        impl Decoders for $reg {
+            type Decoder = $isa::RowDecoder;
+        }
+        impl DecodeRows for $isa::RowDecoder {
+            #[inline(always)]
+            fn new(layout: &CodeLayout, levels: Levels<'_>) -> Self {
+                $isa::RowDecoder::new(layout, levels)
+            }
+            #[inline(always)]
+            fn has_segments(&self) -> bool {
+                $isa::RowDecoder::has_segments(self)
+            }
+            #[inline(always)]
+            unsafe fn decode_rows(&self, bytes: &[u8], at: usize, row_bytes: usize, n_rows: usize, dst: *mut f32, stride: usize) {
+                // SAFETY: forwarded from the caller.
+                unsafe { $isa::RowDecoder::decode_rows(self, bytes, at, row_bytes, n_rows, dst, stride) }
+            }
+            #[inline(always)]
+            unsafe fn decode(&self, bytes: &[u8], at: usize, levels: Levels<'_>, out: &mut [f32]) {
+                // SAFETY: forwarded from the caller.
+                unsafe { $isa::RowDecoder::decode(self, bytes, at, levels, out) }
+            }
+        }
+    )*};
+}
+#[cfg(target_arch = "x86_64")]
+decoders!(std::arch::x86_64::__m256 => avx2, std::arch::x86_64::__m512 => avx512);
+
 /// Packs `codes` (`layout.d` of them, each below `2^width`; higher bits are dropped) into `out`
 /// (`layout.bytes()` long, fully overwritten).
 pub fn pack(codes: &[u8], layout: &CodeLayout, out: &mut [u8]) {
@@ -212,6 +287,45 @@ pub(crate) unsafe fn dequantize_on(
     out: &mut [f32],
 ) {
     dispatch!(isa, dequantize(bytes, layout, levels, out))
+}
+
+/// Reads the `n <= 8` bytes at `at` as a little-endian word (bytes above `n` are unspecified):
+/// one unaligned load, from `at` or ending at the slice's end and shifted down.
+#[cfg_attr(
+    not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "wasm32"
+    )),
+    allow(dead_code)
+)]
+#[inline(always)]
+pub(crate) fn read_word(bytes: &[u8], at: usize, n: usize) -> u64 {
+    debug_assert!(at + n <= bytes.len() && n <= 8);
+    if at + 8 <= bytes.len() {
+        u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+    } else if bytes.len() >= 8 {
+        let start = bytes.len() - 8;
+        u64::from_le_bytes(bytes[start..].try_into().expect("8 bytes")) >> (8 * (at - start))
+    } else {
+        let mut word = [0u8; 8];
+        word[..n].copy_from_slice(&bytes[at..at + n]);
+        u64::from_le_bytes(word)
+    }
+}
+
+/// Packed bytes of `n` codes of `width` bits.
+#[cfg_attr(
+    not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "wasm32"
+    )),
+    allow(dead_code)
+)]
+#[inline(always)]
+pub(crate) fn group_bytes(n: usize, width: u32) -> usize {
+    (n * width as usize).div_ceil(8)
 }
 
 /// [`window_table`] for every width 1..=8 (index = width), evaluated at compile time: 32-bit
@@ -348,11 +462,6 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn simd_matches_scalar_bit_for_bit() {
-        crate::test_util::for_each_isa(parity);
-    }
 
     #[test]
     fn fractional_rates_hit_exact_bit_counts() {

@@ -1,16 +1,7 @@
 //! Bulk f16 <-> f32 conversion (KV-cache writes/reads, embedding rows). Every ISA rounds
 //! exactly like `half` (to nearest even): the outputs are bit-identical.
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, avx2, avx512, neon, simd128);
 
 use crate::isa::{active_isa, dispatch, Isa};
 use half::f16;
@@ -93,12 +84,4 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         })?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn simd_matches_scalar_bit_for_bit() {
-        crate::test_util::for_each_isa(super::parity);
-    }
 }

@@ -6,16 +6,7 @@
 //! stage order, then the same scaling: the outputs are bit-identical to the scalar reference,
 //! which keeps encoded pages identical across ISAs.
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, avx2, avx512, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 
@@ -78,11 +69,6 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn simd_matches_scalar_bit_for_bit() {
-        crate::test_util::for_each_isa(parity);
-    }
 
     #[test]
     fn spreads_a_spike_and_inverts() {

@@ -7,20 +7,12 @@
 //! all zero (causally masked) is skipped, and so is each zero weight. Float tolerance:
 //! `1e-5 · (|acc| + Σ_j |w_j·v_j|)` per element.
 
-pub mod scalar;
+crate::isa::isa_modules!(scalar, x86, quad);
 
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
-
-use crate::codes::{CodeLayout, Levels};
+use crate::codes::{CodeLayout, CodedRows, Levels};
 use crate::isa::{active_isa, dispatch, Isa};
 use crate::kv_score::{check, check_codes};
+use crate::simd::RowBuf;
 use half::f16;
 
 /// `acc[qh][c] += Σ_j weights[qh·stride + j] · values[j][c]` over the `values.len() / d` rows.
@@ -54,10 +46,7 @@ pub fn accumulate_codes(
     unsafe {
         accumulate_codes_on(
             active_isa(),
-            codes,
-            layout,
-            levels,
-            scales,
+            CodedRows::new(codes, layout, levels, scales),
             weights,
             stride,
             acc,
@@ -69,6 +58,90 @@ pub fn accumulate_codes(
 #[inline(always)]
 pub(crate) fn any_weight(weights: &[f32], stride: usize, n_qh: usize, j: usize) -> bool {
     (0..n_qh).any(|qh| weights[qh * stride + j] != 0.0)
+}
+
+/// The row-at-a-time accumulation every ISA shares: each of the `rows` rows with a non-zero
+/// weight is decoded once into `row` by `decode(j, row)`, then added to the sum of every query
+/// head that weights it (times its code scale, if any) through the ISA's `axpy`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn accumulate_rows(
+    row: &mut [f32],
+    rows: usize,
+    scales: Option<&[f32]>,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+    mut decode: impl FnMut(usize, &mut [f32]),
+    axpy: impl Fn(f32, &[f32], &mut [f32]),
+) {
+    let n_qh = acc.len() / row.len();
+    for j in 0..rows {
+        if !any_weight(weights, stride, n_qh, j) {
+            continue;
+        }
+        decode(j, row);
+        let scale = scales.map_or(1.0, |s| s[j]);
+        for (qh, acc_row) in acc.chunks_exact_mut(row.len()).enumerate() {
+            let w = weights[qh * stride + j] * scale;
+            if w != 0.0 {
+                axpy(w, row, acc_row);
+            }
+        }
+    }
+}
+
+/// [`accumulate_rows`] over fp16 rows `[rows][d]`, each widened by the ISA's `convert`.
+#[inline(always)]
+pub(crate) fn accumulate_f16_rows(
+    values: &[f16],
+    d: usize,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+    convert: impl Fn(&[f16], &mut [f32]),
+    axpy: impl Fn(f32, &[f32], &mut [f32]),
+) {
+    let mut row = RowBuf::new();
+    let decode = |j: usize, row: &mut [f32]| convert(&values[j * d..(j + 1) * d], row);
+    let rows = values.len() / d;
+    accumulate_rows(
+        &mut row.0[..d],
+        rows,
+        None,
+        weights,
+        stride,
+        acc,
+        decode,
+        axpy,
+    );
+}
+
+/// [`accumulate_rows`] over code rows, row `j` decoded by `decode(j · layout.bytes(), row)`
+/// (its byte offset in `r.codes`) and weighted by its scale.
+#[inline(always)]
+pub(crate) fn accumulate_code_rows(
+    r: CodedRows<'_>,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+    decode: impl Fn(usize, &mut [f32]),
+    axpy: impl Fn(f32, &[f32], &mut [f32]),
+) {
+    let mut row = RowBuf::new();
+    let bytes = r.layout.bytes();
+    let decode = |j: usize, row: &mut [f32]| decode(j * bytes, row);
+    let (row, rows) = (&mut row.0[..r.layout.d], r.scales.len());
+    accumulate_rows(
+        row,
+        rows,
+        Some(r.scales),
+        weights,
+        stride,
+        acc,
+        decode,
+        axpy,
+    );
 }
 
 /// # Safety
@@ -86,21 +159,14 @@ pub(crate) unsafe fn accumulate_f16_on(
 
 /// # Safety
 /// `isa` must run on this CPU; shapes as checked by [`accumulate_codes`].
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn accumulate_codes_on(
     isa: Isa,
-    codes: &[u8],
-    layout: &CodeLayout,
-    levels: Levels<'_>,
-    scales: &[f32],
+    r: CodedRows<'_>,
     weights: &[f32],
     stride: usize,
     acc: &mut [f32],
 ) {
-    dispatch!(
-        isa,
-        accumulate_codes(codes, layout, levels, scales, weights, stride, acc)
-    )
+    dispatch!(isa, accumulate_codes(r, weights, stride, acc))
 }
 
 #[cfg(any(test, feature = "parity"))]
@@ -128,18 +194,13 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             let (packed, hi, lo) = random_block(&mut rng, &layout, rows);
             let levels = Levels { hi: &hi, lo: &lo };
             let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
+            let block = CodedRows::new(&packed, &layout, levels, &scales);
             let weights = weights_for(&mut rng, n_qh);
             let mut want = random_vec(rng.next_u64(), n_qh * d);
             let mut got = want.clone();
-            scalar::accumulate_codes(
-                &packed, &layout, levels, &scales, &weights, stride, &mut want,
-            );
+            scalar::accumulate_codes(block, &weights, stride, &mut want);
             // SAFETY (both `_on` calls): `isa` comes from the runnable list.
-            unsafe {
-                accumulate_codes_on(
-                    isa, &packed, &layout, levels, &scales, &weights, stride, &mut got,
-                )
-            };
+            unsafe { accumulate_codes_on(isa, block, &weights, stride, &mut got) };
             // |acc| < 1, Σ_j |w·scale·level| < rows · 0.6.
             canonical(isa, &got, &want, 1.0 + 0.6 * rows as f32, &|| {
                 format!(
@@ -166,12 +227,4 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn simd_matches_scalar() {
-        crate::test_util::for_each_isa(super::parity);
-    }
 }

@@ -3,16 +3,7 @@
 //! Decode is memory-bound: the SIMD kernels widen f16/bf16 weights in registers (never to an
 //! f32 copy) and stream several rows at once with independent accumulators.
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, x86, neon, simd128);
 
 use crate::isa::{active_isa, dispatch, Isa};
 use crate::WeightRef;
@@ -80,12 +71,4 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn simd_matches_scalar() {
-        crate::test_util::for_each_isa(super::parity);
-    }
 }

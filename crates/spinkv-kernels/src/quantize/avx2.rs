@@ -1,26 +1,19 @@
 //! AVX2 snapping, 8 channels at a time: count thresholds below each lane (compare + subtract
 //! the all-ones mask), then look the levels up (`vpermps` / blend / gather as in decoding).
 
-use crate::codes::{CodeLayout, Levels};
+use super::Codebooks;
 use crate::simd::avx2::tail_mask;
 use std::arch::x86_64::*;
 
 /// # Safety
 /// CPU must support AVX2+FMA+F16C; shapes as checked by `super::quantize`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn quantize(
-    y: &[f32],
-    layout: &CodeLayout,
-    thresholds: Levels<'_>,
-    levels: Levels<'_>,
-    codes: &mut [u8],
-    recon: &mut [f32],
-) {
+pub unsafe fn quantize(books: Codebooks<'_>, y: &[f32], codes: &mut [u8], recon: &mut [f32]) {
     let gather = _mm256_setr_epi8(
         0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1,
         -1, -1, -1, -1, -1, -1, -1, -1,
     );
-    for (first, len, t, l, width) in super::runs(layout, thresholds, levels) {
+    for (first, len, t, l, width) in books.runs() {
         let mut padded = [0.0f32; 16];
         let n_l = l.len().min(16);
         padded[..n_l].copy_from_slice(&l[..n_l]);

@@ -1,23 +1,16 @@
 //! AVX-512 snapping, 16 channels at a time with masked tails: count thresholds below each lane
 //! (masked increment), then `vpermps` / `vpermt2ps` / gather for the levels.
 
-use crate::codes::{CodeLayout, Levels};
+use super::Codebooks;
 use crate::simd::avx512::tail_mask;
 use std::arch::x86_64::*;
 
 /// # Safety
 /// CPU must support AVX-512 F/BW/VL (+AVX2/FMA/F16C); shapes as checked by `super::quantize`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub unsafe fn quantize(
-    y: &[f32],
-    layout: &CodeLayout,
-    thresholds: Levels<'_>,
-    levels: Levels<'_>,
-    codes: &mut [u8],
-    recon: &mut [f32],
-) {
+pub unsafe fn quantize(books: Codebooks<'_>, y: &[f32], codes: &mut [u8], recon: &mut [f32]) {
     let one = _mm512_set1_epi32(1);
-    for (first, len, t, l, width) in super::runs(layout, thresholds, levels) {
+    for (first, len, t, l, width) in books.runs() {
         let mut padded = [0.0f32; 32];
         let n_l = l.len().min(32);
         padded[..n_l].copy_from_slice(&l[..n_l]);

@@ -4,16 +4,7 @@
 //! level. Comparisons and table lookups only: bit-identical on every ISA. (Packing the codes
 //! is [`crate::codes::pack`].)
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, avx2, avx512, neon, simd128);
 
 use crate::codes::{CodeLayout, Levels};
 use crate::isa::{active_isa, dispatch, Isa};
@@ -42,8 +33,30 @@ pub fn quantize(
         y.len() == d && codes.len() == d && recon.len() == d,
         "quantize: y, codes, recon must be [d]"
     );
+    let books = Codebooks {
+        layout,
+        thresholds,
+        levels,
+    };
     // SAFETY: active_isa() only returns ISAs validated against this CPU; shapes checked.
-    unsafe { quantize_on(active_isa(), y, layout, thresholds, levels, codes, recon) }
+    unsafe { quantize_on(active_isa(), books, y, codes, recon) }
+}
+
+/// A code layout with its codebooks: per channel group, the sorted thresholds and the levels
+/// they separate. The per-ISA kernels' argument.
+#[derive(Clone, Copy)]
+pub struct Codebooks<'a> {
+    pub layout: &'a CodeLayout,
+    pub thresholds: Levels<'a>,
+    pub levels: Levels<'a>,
+}
+
+impl<'a> Codebooks<'a> {
+    /// The two channel runs (hi, then lo).
+    #[inline]
+    pub(crate) fn runs(&self) -> [Run<'a>; 2] {
+        runs(self.layout, self.thresholds, self.levels)
+    }
 }
 
 /// A run of channels of one codebook: `(first, len, thresholds, levels, width)`.
@@ -71,14 +84,12 @@ pub(crate) fn runs<'a>(
 /// `isa` must run on this CPU; shapes as checked by [`quantize`].
 pub(crate) unsafe fn quantize_on(
     isa: Isa,
+    books: Codebooks<'_>,
     y: &[f32],
-    layout: &CodeLayout,
-    thresholds: Levels<'_>,
-    levels: Levels<'_>,
     codes: &mut [u8],
     recon: &mut [f32],
 ) {
-    dispatch!(isa, quantize(y, layout, thresholds, levels, codes, recon))
+    dispatch!(isa, quantize(books, y, codes, recon))
 }
 
 #[cfg(any(test, feature = "parity"))]
@@ -114,31 +125,18 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         }
         let (mut want_codes, mut got_codes) = (vec![0u8; d], vec![9u8; d]);
         let (mut want, mut got) = (vec![0.0f32; d], vec![1.0f32; d]);
-        scalar::quantize(&y, &layout, thresholds, levels, &mut want_codes, &mut want);
-        // SAFETY: `isa` comes from the runnable list.
-        unsafe {
-            quantize_on(
-                isa,
-                &y,
-                &layout,
-                thresholds,
-                levels,
-                &mut got_codes,
-                &mut got,
-            )
+        let books = Codebooks {
+            layout: &layout,
+            thresholds,
+            levels,
         };
+        scalar::quantize(books, &y, &mut want_codes, &mut want);
+        // SAFETY: `isa` comes from the runnable list.
+        unsafe { quantize_on(isa, books, &y, &mut got_codes, &mut got) };
         let what = || format!("quantize d={d} {}/{}x{}", layout.hi, layout.lo, layout.n_hi);
         identical(&got_codes, &want_codes, &what)?;
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         identical(&bits(&got), &bits(&want), &what)?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn simd_matches_scalar_bit_for_bit() {
-        crate::test_util::for_each_isa(super::parity);
-    }
 }

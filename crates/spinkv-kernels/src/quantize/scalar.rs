@@ -1,16 +1,9 @@
 //! Reference snapping: a binary search over each channel's sorted thresholds.
 
-use crate::codes::{CodeLayout, Levels};
+use super::Codebooks;
 
-pub fn quantize(
-    y: &[f32],
-    layout: &CodeLayout,
-    thresholds: Levels<'_>,
-    levels: Levels<'_>,
-    codes: &mut [u8],
-    recon: &mut [f32],
-) {
-    for (first, len, t, l, _) in super::runs(layout, thresholds, levels) {
+pub fn quantize(books: Codebooks<'_>, y: &[f32], codes: &mut [u8], recon: &mut [f32]) {
+    for (first, len, t, l, _) in books.runs() {
         for c in first..first + len {
             let code = t.partition_point(|&t| t < y[c]);
             codes[c] = code as u8;

@@ -1,20 +1,13 @@
 //! WASM SIMD128 snapping, 4 channels at a time: count thresholds below each lane (compare +
 //! subtract the all-ones mask); levels by table lookup of the counts.
 
-use crate::codes::{CodeLayout, Levels};
+use super::Codebooks;
 use core::arch::wasm32::*;
 
 /// # Safety
 /// Shapes as checked by `super::quantize`.
-pub unsafe fn quantize(
-    y: &[f32],
-    layout: &CodeLayout,
-    thresholds: Levels<'_>,
-    levels: Levels<'_>,
-    codes: &mut [u8],
-    recon: &mut [f32],
-) {
-    for (first, len, t, l, _) in super::runs(layout, thresholds, levels) {
+pub unsafe fn quantize(books: Codebooks<'_>, y: &[f32], codes: &mut [u8], recon: &mut [f32]) {
+    for (first, len, t, l, _) in books.runs() {
         let mut c = first;
         while c < first + len {
             let n = (first + len - c).min(4);

@@ -1,15 +1,6 @@
 //! RMSNorm: `out[i] = x[i] / sqrt(mean(x²) + eps) * weight[i]`.
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, x86, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 
@@ -59,11 +50,6 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn simd_matches_scalar() {
-        crate::test_util::for_each_isa(parity);
-    }
 
     #[test]
     fn unit_rms_is_identity() {

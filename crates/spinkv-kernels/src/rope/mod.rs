@@ -3,16 +3,7 @@
 //!
 //! `out[i] = x[i]·cos[i] - x[i+h]·sin[i]`, `out[i+h] = x[i+h]·cos[i] + x[i]·sin[i]`, h = head_dim/2.
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, avx2, avx512, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 use std::ops::Range;
@@ -89,11 +80,6 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn simd_matches_scalar() {
-        crate::test_util::for_each_isa(parity);
-    }
 
     #[test]
     fn rotate_half_layout() {

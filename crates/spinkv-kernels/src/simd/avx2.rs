@@ -15,50 +15,39 @@ pub(crate) unsafe fn hmax(v: __m256) -> f32 {
     _mm_cvtss_f32(m)
 }
 
-/// A storage dtype that 8 lanes at a time widen to f32.
-pub(crate) trait Lanes: Copy {
-    /// # Safety
-    /// `ptr` must be valid for reading 8 elements; the CPU must have AVX2+FMA+F16C.
-    unsafe fn load8(ptr: *const Self) -> __m256;
-    fn widen(self) -> f32;
+/// 8 f32.
+///
+/// # Safety
+/// `ptr` valid for 8 elements; AVX2+FMA+F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn load8_f32(ptr: *const f32) -> __m256 {
+    // SAFETY: as the caller guarantees.
+    unsafe { _mm256_loadu_ps(ptr) }
 }
 
-impl Lanes for f32 {
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8(ptr: *const f32) -> __m256 {
-        _mm256_loadu_ps(ptr)
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
-    }
+/// 8 halves widened to f32.
+///
+/// # Safety
+/// As [`load8_f32`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn load8_f16(ptr: *const f16) -> __m256 {
+    // SAFETY: as the caller guarantees (16 bytes).
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(ptr as *const __m128i)) }
 }
 
-impl Lanes for f16 {
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8(ptr: *const f16) -> __m256 {
-        _mm256_cvtph_ps(_mm_loadu_si128(ptr as *const __m128i))
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
-}
-
-impl Lanes for bf16 {
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8(ptr: *const bf16) -> __m256 {
-        // bf16 is the top half of an f32: zero-extend to 32 bits and shift into place.
-        let raw = _mm256_cvtepu16_epi32(_mm_loadu_si128(ptr as *const __m128i));
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(raw))
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
+/// 8 bf16 widened to f32.
+///
+/// # Safety
+/// As [`load8_f32`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn load8_bf16(ptr: *const bf16) -> __m256 {
+    // bf16 is the top half of an f32: zero-extend to 32 bits and shift into place.
+    // SAFETY: as the caller guarantees (16 bytes).
+    let raw = unsafe { _mm256_cvtepu16_epi32(_mm_loadu_si128(ptr as *const __m128i)) };
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(raw))
 }
 
 /// e^x for 8 lanes; inputs below -87.3 flush to 0 (including -inf), so masked scores vanish.
@@ -113,41 +102,4 @@ pub(crate) fn reduce16(lo: __m256, hi: __m256) -> f32 {
     let q01 = _mm_add_ss(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
     let q23 = _mm_add_ss(_mm256_castps256_ps128(b), _mm256_extractf128_ps::<1>(b));
     _mm_cvtss_f32(_mm_add_ss(q01, q23))
-}
-
-/// Canonical `Σ x[i]·y[i]` over `n` elements: two 8-lane FMA chains (lanes 0..8, 8..16).
-///
-/// # Safety
-/// AVX2; `x` and `y` valid for `n` elements.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
-    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut i = 0;
-    // SAFETY: loads cover i..i+16 <= n; the tail goes through zero-padded copies.
-    unsafe {
-        while i + 16 <= n {
-            lo = _mm256_fmadd_ps(L::load8(x.add(i)), _mm256_loadu_ps(y.add(i)), lo);
-            hi = _mm256_fmadd_ps(L::load8(x.add(i + 8)), _mm256_loadu_ps(y.add(i + 8)), hi);
-            i += 16;
-        }
-        if i < n {
-            let (mut tx, mut ty) = ([0.0f32; 16], [0.0f32; 16]);
-            for j in i..n {
-                tx[j - i] = (*x.add(j)).widen();
-                ty[j - i] = *y.add(j);
-            }
-            lo = _mm256_fmadd_ps(
-                _mm256_loadu_ps(tx.as_ptr()),
-                _mm256_loadu_ps(ty.as_ptr()),
-                lo,
-            );
-            hi = _mm256_fmadd_ps(
-                _mm256_loadu_ps(tx.as_ptr().add(8)),
-                _mm256_loadu_ps(ty.as_ptr().add(8)),
-                hi,
-            );
-        }
-    }
-    reduce16(lo, hi)
 }

@@ -1,6 +1,7 @@
 //! Small AVX-512 (F + BW + VL, with AVX2/FMA/F16C) building blocks shared by the per-op
 //! `avx512.rs` files. Tails use masked loads and stores instead of scalar epilogues.
 
+pub(crate) use super::Lanes;
 use half::{bf16, f16};
 use std::arch::x86_64::*;
 
@@ -18,65 +19,72 @@ pub(crate) fn hmax(v: __m512) -> f32 {
     _mm512_reduce_max_ps(v)
 }
 
-/// A storage dtype that 16 lanes at a time widen to f32.
-pub(crate) trait Lanes: Copy {
-    /// Whether the elements already are f32 (nothing to widen).
-    const IS_F32: bool = false;
-    /// # Safety
-    /// `ptr` valid for reading 16 elements; AVX-512 F/BW/VL present.
-    unsafe fn load16(ptr: *const Self) -> __m512;
-    /// Lanes outside `mask` read as 0 and are not touched in memory.
-    /// # Safety
-    /// `ptr` valid for the lanes in `mask`; AVX-512 F/BW/VL present.
-    unsafe fn load16_masked(ptr: *const Self, mask: __mmask16) -> __m512;
+/// 16 f32.
+///
+/// # Safety
+/// `ptr` valid for 16 elements; AVX-512 F/BW/VL present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn load16_f32(ptr: *const f32) -> __m512 {
+    // SAFETY: caller guarantees 16 readable lanes.
+    unsafe { _mm512_loadu_ps(ptr) }
 }
 
-impl Lanes for f32 {
-    const IS_F32: bool = true;
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn load16(ptr: *const f32) -> __m512 {
-        // SAFETY: caller guarantees 16 readable lanes.
-        unsafe { _mm512_loadu_ps(ptr) }
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn load16_masked(ptr: *const f32, mask: __mmask16) -> __m512 {
-        // SAFETY: masked-off lanes are not accessed.
-        unsafe { _mm512_maskz_loadu_ps(mask, ptr) }
-    }
+/// The lanes of `mask` (others 0, untouched in memory).
+///
+/// # Safety
+/// `ptr` valid for the lanes in `mask`; AVX-512 F/BW/VL present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn load16_masked_f32(ptr: *const f32, mask: __mmask16) -> __m512 {
+    // SAFETY: masked-off lanes are not accessed.
+    unsafe { _mm512_maskz_loadu_ps(mask, ptr) }
 }
 
-impl Lanes for f16 {
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn load16(ptr: *const f16) -> __m512 {
-        // SAFETY: caller guarantees 16 readable halves (32 bytes).
-        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(ptr as *const __m256i)) }
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn load16_masked(ptr: *const f16, mask: __mmask16) -> __m512 {
-        // SAFETY: masked-off lanes are not accessed (AVX512BW+VL masked 16-bit load).
-        unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, ptr as *const i16)) }
-    }
+/// 16 halves widened to f32.
+///
+/// # Safety
+/// As [`load16_f32`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn load16_f16(ptr: *const f16) -> __m512 {
+    // SAFETY: caller guarantees 16 readable halves (32 bytes).
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(ptr as *const __m256i)) }
 }
 
-impl Lanes for bf16 {
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn load16(ptr: *const bf16) -> __m512 {
-        // SAFETY: caller guarantees 16 readable bf16 (32 bytes).
-        let raw = unsafe { _mm512_cvtepu16_epi32(_mm256_loadu_si256(ptr as *const __m256i)) };
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(raw))
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn load16_masked(ptr: *const bf16, mask: __mmask16) -> __m512 {
-        // SAFETY: masked-off lanes are not accessed.
-        let raw = unsafe { _mm256_maskz_loadu_epi16(mask, ptr as *const i16) };
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
-    }
+/// As [`load16_masked_f32`], for halves.
+///
+/// # Safety
+/// As [`load16_masked_f32`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn load16_masked_f16(ptr: *const f16, mask: __mmask16) -> __m512 {
+    // SAFETY: masked-off lanes are not accessed (AVX512BW+VL masked 16-bit load).
+    unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, ptr as *const i16)) }
+}
+
+/// 16 bf16 widened to f32.
+///
+/// # Safety
+/// As [`load16_f32`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn load16_bf16(ptr: *const bf16) -> __m512 {
+    // SAFETY: caller guarantees 16 readable bf16 (32 bytes).
+    let raw = unsafe { _mm512_cvtepu16_epi32(_mm256_loadu_si256(ptr as *const __m256i)) };
+    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(raw))
+}
+
+/// As [`load16_masked_f32`], for bf16.
+///
+/// # Safety
+/// As [`load16_masked_f32`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn load16_masked_bf16(ptr: *const bf16, mask: __mmask16) -> __m512 {
+    // SAFETY: masked-off lanes are not accessed.
+    let raw = unsafe { _mm256_maskz_loadu_epi16(mask, ptr as *const i16) };
+    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
 }
 
 /// e^x for 16 lanes, the same polynomial and rounding steps as the AVX2 version.
@@ -117,31 +125,4 @@ pub(crate) fn reduce16(v: __m512) -> f32 {
     let q2 = _mm512_extractf32x4_ps::<2>(t);
     let q3 = _mm512_extractf32x4_ps::<3>(t);
     _mm_cvtss_f32(_mm_add_ss(_mm_add_ss(q0, q1), _mm_add_ss(q2, q3)))
-}
-
-/// Canonical `Σ x[i]·y[i]` over `n` elements: one 16-lane FMA chain, masked tail.
-///
-/// # Safety
-/// AVX-512; `x` and `y` valid for `n` elements.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(crate) unsafe fn dot16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
-    let mut acc = _mm512_setzero_ps();
-    let mut i = 0;
-    // SAFETY: full loads stay below n; the masked ones touch only lanes below n.
-    unsafe {
-        while i + 16 <= n {
-            acc = _mm512_fmadd_ps(L::load16(x.add(i)), _mm512_loadu_ps(y.add(i)), acc);
-            i += 16;
-        }
-        if i < n {
-            let m = tail_mask(n - i);
-            acc = _mm512_fmadd_ps(
-                L::load16_masked(x.add(i), m),
-                _mm512_maskz_loadu_ps(m, y.add(i)),
-                acc,
-            );
-        }
-    }
-    reduce16(acc)
 }

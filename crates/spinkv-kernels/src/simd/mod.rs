@@ -9,6 +9,115 @@ pub(crate) mod avx512;
 pub(crate) mod neon;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub(crate) mod simd128;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
+
+/// The 4-lane ISA of this build, for code written once for NEON and SIMD128.
+#[cfg(target_arch = "aarch64")]
+pub(crate) use neon as quad;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) use simd128 as quad;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{__m256, __m512, __mmask16};
+
+/// A storage dtype (weights, cached rows) whose elements widen exactly to f32. One trait for
+/// every ISA, so a kernel generic over it serves f32, f16 and bf16; each ISA adds its vector
+/// load behind its `cfg`, implemented by that ISA's module. (`pub` in a private module: the
+/// public per-ISA kernels may be generic over it without naming it outside the crate.)
+pub trait Lanes: Copy {
+    /// Whether the elements already are f32 (nothing to widen).
+    const IS_F32: bool = false;
+    fn widen(self) -> f32;
+    /// # Safety
+    /// `ptr` valid for reading 8 elements; AVX2+FMA+F16C present.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(ptr: *const Self) -> __m256;
+    /// # Safety
+    /// `ptr` valid for reading 16 elements; AVX-512 F/BW/VL present.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(ptr: *const Self) -> __m512;
+    /// Lanes outside `mask` read as 0 and are not touched in memory.
+    /// # Safety
+    /// `ptr` valid for the lanes in `mask`; AVX-512 F/BW/VL present.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16_masked(ptr: *const Self, mask: __mmask16) -> __m512;
+    /// # Safety
+    /// `ptr` valid for reading 4 elements.
+    #[cfg(any(
+        target_arch = "aarch64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    ))]
+    unsafe fn load4(ptr: *const Self) -> quad::F4;
+}
+
+/// Implements [`Lanes`] for `$ty` with the loaders each ISA module names after it.
+macro_rules! lanes {
+    ($ty:ty, $is_f32:expr, $widen:expr, $load8:ident, $load16:ident, $load16_masked:ident, $load4:ident) => {
+        impl Lanes for $ty {
+            const IS_F32: bool = $is_f32;
+            #[inline(always)]
+            fn widen(self) -> f32 {
+                $widen(self)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[inline(always)]
+            unsafe fn load8(ptr: *const Self) -> __m256 {
+                // SAFETY: forwarded from the caller.
+                unsafe { avx2::$load8(ptr) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[inline(always)]
+            unsafe fn load16(ptr: *const Self) -> __m512 {
+                // SAFETY: forwarded from the caller.
+                unsafe { avx512::$load16(ptr) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[inline(always)]
+            unsafe fn load16_masked(ptr: *const Self, mask: __mmask16) -> __m512 {
+                // SAFETY: forwarded from the caller.
+                unsafe { avx512::$load16_masked(ptr, mask) }
+            }
+            #[cfg(any(
+                target_arch = "aarch64",
+                all(target_arch = "wasm32", target_feature = "simd128")
+            ))]
+            #[inline(always)]
+            unsafe fn load4(ptr: *const Self) -> quad::F4 {
+                // SAFETY: forwarded from the caller.
+                unsafe { quad::$load4(ptr) }
+            }
+        }
+    };
+}
+
+lanes!(
+    f32,
+    true,
+    |v| v,
+    load8_f32,
+    load16_f32,
+    load16_masked_f32,
+    load4_f32
+);
+lanes!(
+    half::f16,
+    false,
+    half::f16::to_f32,
+    load8_f16,
+    load16_f16,
+    load16_masked_f16,
+    load4_f16
+);
+lanes!(
+    half::bf16,
+    false,
+    half::bf16::to_f32,
+    load8_bf16,
+    load16_bf16,
+    load16_masked_bf16,
+    load4_bf16
+);
 
 /// Constants of the vector `exp` every ISA shares (Cephes-style: x = n·ln2 + r, degree-6
 /// polynomial for e^r), so all SIMD versions round alike.

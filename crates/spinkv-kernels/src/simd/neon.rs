@@ -3,6 +3,7 @@
 //! f16 <-> f32 use FCVTL / FCVTN through inline assembly: both are base ARMv8 AdvSIMD (no
 //! FEAT_FP16 needed), but the `float16x4_t` intrinsics are not stable in Rust yet.
 
+pub(crate) use super::Lanes;
 use core::arch::aarch64::*;
 use core::arch::asm;
 use half::{bf16, f16};
@@ -37,48 +38,120 @@ pub(crate) unsafe fn f32_to_f16x4(v: float32x4_t) -> uint16x4_t {
     out
 }
 
-/// A storage dtype that 4 lanes at a time widen to f32.
-pub(crate) trait Lanes: Copy {
-    /// # Safety
-    /// `ptr` valid for reading 4 elements.
-    unsafe fn load4(ptr: *const Self) -> float32x4_t;
-    fn widen(self) -> f32;
+/// A vector of 4 f32.
+pub(crate) type F4 = float32x4_t;
+
+/// # Safety
+/// `ptr` valid for reading 4 elements.
+#[inline(always)]
+pub(crate) unsafe fn load4_f32(ptr: *const f32) -> F4 {
+    // SAFETY: caller guarantees 4 readable lanes.
+    unsafe { vld1q_f32(ptr) }
 }
 
-impl Lanes for f32 {
-    #[inline(always)]
-    unsafe fn load4(ptr: *const f32) -> float32x4_t {
-        // SAFETY: caller guarantees 4 readable lanes.
-        unsafe { vld1q_f32(ptr) }
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
+/// # Safety
+/// As [`load4_f32`].
+#[inline(always)]
+pub(crate) unsafe fn load4_f16(ptr: *const f16) -> F4 {
+    // SAFETY: caller guarantees 4 readable halves.
+    unsafe { f16x4_to_f32(vld1_u16(ptr as *const u16)) }
+}
+
+/// # Safety
+/// As [`load4_f32`].
+#[inline(always)]
+pub(crate) unsafe fn load4_bf16(ptr: *const bf16) -> F4 {
+    // SAFETY: caller guarantees 4 readable bf16; bf16 is the top half of an f32.
+    unsafe { vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(ptr as *const u16))) }
+}
+
+/// `ptr` valid for 4 floats.
+#[inline(always)]
+pub(crate) unsafe fn load(ptr: *const f32) -> F4 {
+    // SAFETY: as the caller guarantees.
+    unsafe { vld1q_f32(ptr) }
+}
+
+/// `ptr` valid for writing 4 floats.
+#[inline(always)]
+pub(crate) unsafe fn store(ptr: *mut f32, v: F4) {
+    // SAFETY: as the caller guarantees.
+    unsafe { vst1q_f32(ptr, v) }
+}
+
+#[inline(always)]
+pub(crate) fn splat(v: f32) -> F4 {
+    // SAFETY: register work only (NEON is baseline on aarch64).
+    unsafe { vdupq_n_f32(v) }
+}
+
+#[inline(always)]
+pub(crate) fn mul(a: F4, b: F4) -> F4 {
+    // SAFETY: register work only.
+    unsafe { vmulq_f32(a, b) }
+}
+
+#[inline(always)]
+pub(crate) fn add(a: F4, b: F4) -> F4 {
+    // SAFETY: register work only.
+    unsafe { vaddq_f32(a, b) }
+}
+
+#[inline(always)]
+pub(crate) fn sub(a: F4, b: F4) -> F4 {
+    // SAFETY: register work only.
+    unsafe { vsubq_f32(a, b) }
+}
+
+/// The FWHT stages with `h` = 1 and 2 inside one vector: `(a+b, a-b)` per pair, then per half.
+#[inline(always)]
+pub(crate) fn fwht4(v: F4) -> F4 {
+    // SAFETY: register work only; the masks are read from local arrays.
+    unsafe {
+        let odd = vld1q_u32([0, !0, 0, !0].as_ptr());
+        let upper = vld1q_u32([0, 0, !0, !0].as_ptr());
+        let t = vrev64q_f32(v);
+        let v = vbslq_f32(odd, vsubq_f32(t, v), vaddq_f32(v, t));
+        let t = vextq_f32::<2>(v, v);
+        vbslq_f32(upper, vsubq_f32(t, v), vaddq_f32(v, t))
     }
 }
 
-impl Lanes for f16 {
-    #[inline(always)]
-    unsafe fn load4(ptr: *const f16) -> float32x4_t {
-        // SAFETY: caller guarantees 4 readable halves.
-        unsafe { f16x4_to_f32(vld1_u16(ptr as *const u16)) }
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
+/// Canonical `Σ x[i]²`.
+#[inline(always)]
+pub(crate) fn sum_squares(x: &[f32]) -> f32 {
+    // SAFETY: x holds x.len() elements.
+    unsafe { dot16(x.as_ptr(), x.as_ptr(), x.len()) }
 }
 
-impl Lanes for bf16 {
-    #[inline(always)]
-    unsafe fn load4(ptr: *const bf16) -> float32x4_t {
-        // SAFETY: caller guarantees 4 readable bf16; bf16 is the top half of an f32.
-        unsafe { vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(ptr as *const u16))) }
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
+/// `a·b + c`, fused (the canonical order).
+#[inline(always)]
+pub(crate) fn mul_add(a: F4, b: F4, c: F4) -> F4 {
+    // SAFETY: register work only.
+    unsafe { vfmaq_f32(c, a, b) }
+}
+
+/// `c - a·b`, fused.
+#[inline(always)]
+pub(crate) fn neg_mul_add(a: F4, b: F4, c: F4) -> F4 {
+    // SAFETY: register work only.
+    unsafe { vfmsq_f32(c, a, b) }
+}
+
+/// The scalar step of the tails: `a·b + c`, fused like the vector lanes.
+#[inline(always)]
+pub(crate) fn mul_add_f32(a: f32, b: f32, c: f32) -> f32 {
+    crate::canon::fma(a, b, c)
+}
+
+/// Canonical `Σ x[i]·y[i]` (see [`dot16`]).
+///
+/// # Safety
+/// `x` and `y` valid for `n` elements.
+#[inline(always)]
+pub(crate) unsafe fn dot<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
+    // SAFETY: as the caller guarantees.
+    unsafe { dot16(x, y, n) }
 }
 
 /// e^x for 4 lanes, the same polynomial and rounding steps as the x86 versions.

@@ -2,6 +2,7 @@
 //! FMA and no half-precision conversion: f16 <-> f32 are exact integer/float bit manipulations
 //! that round like `half` (to nearest even, NaN payloads kept).
 
+pub(crate) use super::Lanes;
 use core::arch::wasm32::*;
 use half::{bf16, f16};
 
@@ -63,49 +64,174 @@ pub(crate) fn f32_to_f16_bits(v: v128) -> v128 {
     v128_or(out, u32x4_shr(sign, 16))
 }
 
-/// A storage dtype that 4 lanes at a time widen to f32.
-pub(crate) trait Lanes: Copy {
-    /// # Safety
-    /// `ptr` valid for reading 4 elements.
-    unsafe fn load4(ptr: *const Self) -> v128;
-    fn widen(self) -> f32;
+/// A vector of 4 f32.
+pub(crate) type F4 = v128;
+
+/// # Safety
+/// `ptr` valid for reading 4 elements.
+#[inline(always)]
+pub(crate) unsafe fn load4_f32(ptr: *const f32) -> F4 {
+    // SAFETY: caller guarantees 4 readable lanes.
+    unsafe { v128_load(ptr as *const v128) }
 }
 
-impl Lanes for f32 {
-    #[inline(always)]
-    unsafe fn load4(ptr: *const f32) -> v128 {
-        // SAFETY: caller guarantees 4 readable lanes.
-        unsafe { v128_load(ptr as *const v128) }
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
-    }
+/// # Safety
+/// As [`load4_f32`].
+#[inline(always)]
+pub(crate) unsafe fn load4_f16(ptr: *const f16) -> F4 {
+    // SAFETY: caller guarantees 4 readable halves (8 bytes).
+    let raw = unsafe { v128_load64_zero(ptr as *const u64) };
+    f16_bits_to_f32(u32x4_extend_low_u16x8(raw))
 }
 
-impl Lanes for f16 {
-    #[inline(always)]
-    unsafe fn load4(ptr: *const f16) -> v128 {
-        // SAFETY: caller guarantees 4 readable halves (8 bytes).
-        let raw = unsafe { v128_load64_zero(ptr as *const u64) };
-        f16_bits_to_f32(u32x4_extend_low_u16x8(raw))
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
+/// # Safety
+/// As [`load4_f32`].
+#[inline(always)]
+pub(crate) unsafe fn load4_bf16(ptr: *const bf16) -> F4 {
+    // SAFETY: caller guarantees 4 readable bf16 (8 bytes).
+    let raw = unsafe { v128_load64_zero(ptr as *const u64) };
+    i32x4_shl(u32x4_extend_low_u16x8(raw), 16)
 }
 
-impl Lanes for bf16 {
-    #[inline(always)]
-    unsafe fn load4(ptr: *const bf16) -> v128 {
-        // SAFETY: caller guarantees 4 readable bf16 (8 bytes).
-        let raw = unsafe { v128_load64_zero(ptr as *const u64) };
-        i32x4_shl(u32x4_extend_low_u16x8(raw), 16)
+/// `ptr` valid for 4 floats.
+#[inline(always)]
+pub(crate) unsafe fn load(ptr: *const f32) -> F4 {
+    // SAFETY: as the caller guarantees.
+    unsafe { v128_load(ptr as *const v128) }
+}
+
+/// `ptr` valid for writing 4 floats.
+#[inline(always)]
+pub(crate) unsafe fn store(ptr: *mut f32, v: F4) {
+    // SAFETY: as the caller guarantees.
+    unsafe { v128_store(ptr as *mut v128, v) }
+}
+
+#[inline(always)]
+pub(crate) fn splat(v: f32) -> F4 {
+    f32x4_splat(v)
+}
+
+#[inline(always)]
+pub(crate) fn mul(a: F4, b: F4) -> F4 {
+    f32x4_mul(a, b)
+}
+
+#[inline(always)]
+pub(crate) fn add(a: F4, b: F4) -> F4 {
+    f32x4_add(a, b)
+}
+
+#[inline(always)]
+pub(crate) fn sub(a: F4, b: F4) -> F4 {
+    f32x4_sub(a, b)
+}
+
+/// The FWHT stages with `h` = 1 and 2 inside one vector: `(a+b, a-b)` per pair, then per half.
+#[inline(always)]
+pub(crate) fn fwht4(v: F4) -> F4 {
+    let (odd, upper) = (u32x4(0, !0, 0, !0), u32x4(0, 0, !0, !0));
+    let t = i32x4_shuffle::<1, 0, 3, 2>(v, v);
+    let v = v128_bitselect(f32x4_sub(t, v), f32x4_add(v, t), odd);
+    let t = i32x4_shuffle::<2, 3, 0, 1>(v, v);
+    v128_bitselect(f32x4_sub(t, v), f32x4_add(v, t), upper)
+}
+
+/// `Σ x[i]²`, unfused: two 4-lane chains over steps of 8, one more step of 4, the chains'
+/// sum, then the last `n % 4` squares summed apart and added.
+#[inline(always)]
+pub(crate) fn sum_squares(x: &[f32]) -> f32 {
+    let n = x.len();
+    let n4 = n / 4 * 4;
+    let xp = x.as_ptr();
+    let (mut acc0, mut acc1) = (f32x4_splat(0.0), f32x4_splat(0.0));
+    let mut i = 0;
+    // SAFETY: every 4-lane load has i + 4 <= n.
+    unsafe {
+        while i + 8 <= n {
+            let (a, b) = (load(xp.add(i)), load(xp.add(i + 4)));
+            acc0 = f32x4_add(acc0, f32x4_mul(a, a));
+            acc1 = f32x4_add(acc1, f32x4_mul(b, b));
+            i += 8;
+        }
+        if i < n4 {
+            let a = load(xp.add(i));
+            acc0 = f32x4_add(acc0, f32x4_mul(a, a));
+        }
     }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
+    hsum(f32x4_add(acc0, acc1)) + x[n4..].iter().map(|v| v * v).sum::<f32>()
+}
+
+/// `a·b + c`, two roundings (no FMA in SIMD128).
+#[inline(always)]
+pub(crate) fn mul_add(a: F4, b: F4, c: F4) -> F4 {
+    f32x4_add(c, f32x4_mul(a, b))
+}
+
+/// `c - a·b`, two roundings.
+#[inline(always)]
+pub(crate) fn neg_mul_add(a: F4, b: F4, c: F4) -> F4 {
+    f32x4_sub(c, f32x4_mul(a, b))
+}
+
+/// The scalar step of the tails: `a·b + c`, unfused like the vector lanes.
+#[inline(always)]
+pub(crate) fn mul_add_f32(a: f32, b: f32, c: f32) -> f32 {
+    c + a * b
+}
+
+/// `Σ x[i]·y[i]`, unfused: `CHAINS` 4-lane chains over steps of `4·CHAINS`, the rest in
+/// chain 0, the chains summed pairwise, then the last `n % 4` products one by one.
+///
+/// # Safety
+/// `x` and `y` valid for `n` elements.
+#[inline(always)]
+unsafe fn dot_chains<L: Lanes, const CHAINS: usize>(x: *const L, y: *const f32, n: usize) -> f32 {
+    let mut acc = [f32x4_splat(0.0); CHAINS];
+    let mut i = 0;
+    // SAFETY: every 4-lane load covers lanes below n.
+    unsafe {
+        while i + 4 * CHAINS <= n {
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let (xv, yv) = (L::load4(x.add(i + 4 * c)), load(y.add(i + 4 * c)));
+                *acc = f32x4_add(*acc, f32x4_mul(xv, yv));
+            }
+            i += 4 * CHAINS;
+        }
+        while i + 4 <= n {
+            acc[0] = f32x4_add(acc[0], f32x4_mul(L::load4(x.add(i)), load(y.add(i))));
+            i += 4;
+        }
+    }
+    let mut width = CHAINS;
+    while width > 1 {
+        for c in 0..width / 2 {
+            acc[c] = f32x4_add(acc[2 * c], acc[2 * c + 1]);
+        }
+        width /= 2;
+    }
+    let mut sum = hsum(acc[0]);
+    for j in i..n {
+        // SAFETY: j < n.
+        sum += unsafe { (*x.add(j)).widen() * *y.add(j) };
+    }
+    sum
+}
+
+/// `Σ x[i]·y[i]`, unfused: four chains for f32 rows, two for f16 (the orders these kernels
+/// have always had, kept so SIMD128 results do not move).
+///
+/// # Safety
+/// `x` and `y` valid for `n` elements.
+#[inline(always)]
+pub(crate) unsafe fn dot<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        if L::IS_F32 {
+            dot_chains::<L, 4>(x, y, n)
+        } else {
+            dot_chains::<L, 2>(x, y, n)
+        }
     }
 }
 

@@ -1,15 +1,6 @@
 //! SwiGLU activation in place: `gate[i] = silu(gate[i]) * up[i]`, `silu(g) = g / (1 + e^-g)`.
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, avx2, avx512, neon, simd128);
 
 use crate::isa::{active_isa, dispatch, Isa};
 
@@ -46,12 +37,4 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn simd_matches_scalar() {
-        crate::test_util::for_each_isa(super::parity);
-    }
 }

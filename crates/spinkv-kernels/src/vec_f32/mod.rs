@@ -1,15 +1,7 @@
-//! f32 vector primitives used by attention: `dot_f32` and `axpy_f32` (`y += a·x`).
+//! f32 vector primitives used by attention: `dot_f32` and `axpy_f32` (`y += a·x`). The
+//! per-ISA dot and axpy are generic over the row dtype and also serve `vec_f16`.
 
-pub mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub mod neon;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+crate::isa::isa_modules!(scalar, x86, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 
@@ -42,13 +34,13 @@ pub fn mul_f32(x: &mut [f32], y: &[f32]) {
 /// # Safety
 /// `isa` must run on this CPU (see [`crate::runnable_isas`]); `x.len() == y.len()`.
 pub(crate) unsafe fn dot_f32_on(isa: Isa, x: &[f32], y: &[f32]) -> f32 {
-    dispatch!(isa, dot_f32(x, y))
+    dispatch!(isa, dot(x, y))
 }
 
 /// # Safety
 /// As [`dot_f32_on`].
 pub(crate) unsafe fn axpy_f32_on(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
-    dispatch!(isa, axpy_f32(a, x, y))
+    dispatch!(isa, axpy(a, x, y))
 }
 
 /// # Safety
@@ -71,12 +63,12 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         let y = random_vec(n as u64 + 5, n);
         // SAFETY (all `_on` calls): `isa` comes from the runnable list.
         let got = unsafe { dot_f32_on(isa, &x, &y) };
-        canonical(isa, &[got], &[scalar::dot_f32(&x, &y)], n as f32, &|| {
+        canonical(isa, &[got], &[scalar::dot(&x, &y)], n as f32, &|| {
             format!("dot_f32 n={n}")
         })?;
         let mut expected = y.clone();
         let mut got = y.clone();
-        scalar::axpy_f32(0.37, &x, &mut expected);
+        scalar::axpy(0.37, &x, &mut expected);
         unsafe { axpy_f32_on(isa, 0.37, &x, &mut got) };
         canonical(isa, &got, &expected, 2.0, &|| format!("axpy_f32 n={n}"))?;
         let mut expected = x.clone();
@@ -89,12 +81,4 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         identical(&got, &expected, &|| format!("mul_f32 n={n}"))?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn simd_matches_scalar() {
-        crate::test_util::for_each_isa(super::parity);
-    }
 }

@@ -1,15 +1,17 @@
-//! Reference f32 dot / axpy / scale / mul, in the canonical operation order.
+//! Reference dot / axpy (f32 or f16 rows against f32) / scale / mul, in the canonical
+//! operation order.
 
 use crate::canon;
+use crate::simd::Lanes;
 
-/// Canonical 16-lane FMA reduction (see `crate::canon`).
-pub fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
-    canon::dot(x, y, |v| v)
+/// Canonical 16-lane FMA reduction (see `crate::canon`), `x` widened to f32.
+pub fn dot<L: Lanes>(x: &[L], y: &[f32]) -> f32 {
+    canon::dot(x, y, L::widen)
 }
 
-pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
+pub fn axpy<L: Lanes>(a: f32, x: &[L], y: &mut [f32]) {
     for (yi, xi) in y.iter_mut().zip(x) {
-        *yi = canon::fma(a, *xi, *yi);
+        *yi = canon::fma(a, xi.widen(), *yi);
     }
 }
 

@@ -203,7 +203,7 @@ pub(crate) struct KiviValues {
 impl KiviValues {
     /// `channel_group` is used when it divides `d`; otherwise one group spans the head.
     pub(crate) fn new(d: usize, page_tokens: usize, channel_group: usize, bits: u32) -> Self {
-        let channel_group = if channel_group > 0 && d % channel_group == 0 {
+        let channel_group = if channel_group > 0 && d.is_multiple_of(channel_group) {
             channel_group
         } else {
             d

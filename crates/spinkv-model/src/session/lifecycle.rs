@@ -1,7 +1,7 @@
 //! Session lifecycle: sliding-window retirement, turn checkpoints (cancellation-safe
 //! rollback), cache snapshots in and out, and pool reservation.
 
-use super::{Session, PREFILL_CHUNK};
+use super::{Session, PREFILL_BLOCK_TOKENS};
 use crate::error::ModelError;
 use spinkv_kv::{KvCache, KvError};
 
@@ -53,11 +53,11 @@ impl Session {
     /// Forward block size: sliding needs each block to fit next to the head and a partial page.
     pub(super) fn block_size(&self) -> usize {
         if !self.sliding {
-            return PREFILL_CHUNK;
+            return PREFILL_BLOCK_TOKENS;
         }
         let room =
             self.max_context + 1 - self.cache.head_tokens() - self.cache.config().page_tokens;
-        PREFILL_CHUNK.min(room.max(1))
+        PREFILL_BLOCK_TOKENS.min(room.max(1))
     }
 
     /// Records the state a turn starts from; `rollback_turn` returns to it exactly.

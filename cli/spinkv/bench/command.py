@@ -1,0 +1,209 @@
+"""`spinkv bench`: prefill / decode speed at context depths, per ISA and KV preset,
+optionally side by side with llama.cpp; `--kernels` for KV kernel speed per ISA."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from enum import Enum
+from typing import Annotated, Any, Optional
+
+import typer
+
+from spinkv.bench import cases as bm
+from spinkv.bench.report import FORMATS, Column, emit, jsonl_line
+from spinkv.cli import options as opt
+from spinkv.cli.render import progress_bar, stderr, stdout
+from spinkv.errors import InvalidInputError
+from spinkv.kv.options import DEFAULT_KV_PRESET
+
+BenchFormat = Enum("BenchFormat", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
+"""--format's choices: the report formats."""
+
+BENCH = "Benchmark"
+
+DepthOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--depth",
+        "-d",
+        help="Context depths: tokens of text prefilled first (default 0; with --kernels 512,4096).",
+        show_default=False,
+        rich_help_panel=BENCH,
+    ),
+]
+IsaOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--isa",
+        help="Instruction sets, e.g. scalar,avx2 (default: the one in use).",
+        show_default=False,
+        rich_help_panel=BENCH,
+    ),
+]
+
+
+def _list_option(flag: str, short: str, help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, short, help=help_text, rich_help_panel=BENCH)
+
+
+def bench_command(
+    model: opt.ModelOption = None,
+    n_prompt: Annotated[
+        str, _list_option("--n-prompt", "-p", "Prompt tokens timed at each depth (pp).")
+    ] = "512",
+    n_gen: Annotated[
+        str, _list_option("--n-gen", "-n", "Tokens decoded at each depth (first + steady).")
+    ] = "128",
+    depth: DepthOption = None,
+    reps: Annotated[
+        int, typer.Option("--repetitions", "-r", help="Repetitions.", rich_help_panel=BENCH)
+    ] = 5,
+    isa: IsaOption = None,
+    threads: opt.ThreadsOption = None,
+    kv: Annotated[
+        str,
+        typer.Option(
+            "--kv",
+            help="KV presets, comma separated; per-arm settings as preset:key=value "
+            "(e.g. turbo:window=0).",
+            rich_help_panel=opt.KV_CACHE,
+        ),
+    ] = DEFAULT_KV_PRESET,
+    k_bits: opt.KBitsOption = None,
+    v_bits: opt.VBitsOption = None,
+    kv_window: opt.KvWindowOption = None,
+    kv_page: opt.KvPageOption = None,
+    output: Annotated[
+        BenchFormat,
+        typer.Option("--format", "-f", help="Output format.", rich_help_panel=opt.OUTPUT),
+    ] = BenchFormat.table,  # type: ignore[attr-defined]
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Same as --format json.", rich_help_panel=opt.OUTPUT)
+    ] = False,
+    compare_llama_cpp: Annotated[
+        bool,
+        typer.Option(
+            "--compare-llama-cpp",
+            help="Also run llama.cpp (llama-cpp-python) on the same model and depths, and "
+            "print ours / llama.cpp.",
+            rich_help_panel=BENCH,
+        ),
+    ] = False,
+    kernels: Annotated[
+        bool,
+        typer.Option(
+            "--kernels",
+            help="KV kernel mode: attend time, K+V scan GB/s and encode ns/token per ISA.",
+            rich_help_panel=BENCH,
+        ),
+    ] = False,
+) -> None:
+    """Measure prefill and decode speed at context depths (like llama-bench)."""
+    from spinkv.eval.arms import parse_arms
+
+    output = "json" if json_output else output.value
+    if kernels and compare_llama_cpp:
+        raise InvalidInputError("--kernels and --compare-llama-cpp do not go together")
+    overrides = {"k_bits": k_bits, "v_bits": v_bits, "window": kv_window, "page_tokens": kv_page}
+    settings = bm.BenchSettings(
+        n_prompt=bm.parse_int_list(n_prompt, "-p"),
+        n_gen=bm.parse_int_list(n_gen, "-n"),
+        depths=bm.parse_int_list(depth or "0", "-d"),
+        reps=reps,
+        isas=bm.parse_name_list(isa, "--isa") if isa is not None else (),
+        arms=tuple(parse_arms(kv, overrides)),
+    )
+    if threads is not None and threads < 1:
+        raise InvalidInputError(f"-t must be at least 1, got {threads}")
+    from spinkv.bench import runner as bench_run
+
+    cross_isas: tuple[str, ...] = ()
+    if kernels:
+        from spinkv.bench.cross import split_cross
+
+        native_isas, cross_isas = split_cross(settings.isas)
+        settings = _with_isas(settings, native_isas)
+    settings = _with_isas(settings, bench_run.check_isas(settings.isas))
+    settings.validate()
+    if compare_llama_cpp:
+        from spinkv.bench.llamacpp import require_llama_cpp
+
+        require_llama_cpp()
+
+    import spinkv.api as api
+
+    loaded = api.load(model, threads=threads)
+    command = _command_line(
+        model=model,
+        p=n_prompt,
+        n=n_gen,
+        d=depth,
+        r=reps,
+        isa=",".join((*settings.isas, *cross_isas)),
+        t=threads,
+        kv=kv,
+        kernels=kernels,
+        llama=compare_llama_cpp,
+    )
+    with progress_bar(stderr) as progress:
+        if kernels:
+            from spinkv.bench.kernels import KERNEL_COLUMNS
+
+            record = bench_run.run_kernel_benchmark(
+                loaded,
+                settings,
+                progress,
+                command=command,
+                depths_given=depth is not None,
+                cross_isas=cross_isas,
+            )
+            columns: list[Column] | None = KERNEL_COLUMNS
+        else:
+            record = bench_run.run_benchmark(
+                loaded,
+                settings,
+                progress,
+                command=command,
+                compare_llama_cpp=compare_llama_cpp,
+                on_row=_print_jsonl if output == "jsonl" else None,
+            )
+            columns = None
+    emit(record, output, out=stdout, columns=columns, streamed=output == "jsonl" and not kernels)
+
+
+def _command_line(
+    *,
+    model: str | None,
+    p: str,
+    n: str,
+    d: str | None,
+    r: int,
+    isa: str,
+    t: int | None,
+    kv: str,
+    kernels: bool,
+    llama: bool,
+) -> str:
+    """The run as a command line (for the report header), options in a fixed order."""
+    parts = ["spinkv", "bench"]
+    if kernels:
+        parts.append("--kernels")
+    parts += ([] if kernels else ["-p", p]) + ["-n", n] + (["-d", d] if d else [])
+    parts += ["-r", str(r), "--isa", isa]
+    parts += (["-t", str(t)] if t else []) + ["--kv", kv] + (["-m", model] if model else [])
+    if llama:
+        parts.append("--compare-llama-cpp")
+    return " ".join(shlex.quote(part) for part in parts)
+
+
+def _print_jsonl(row: Mapping[str, Any], system: Mapping[str, Any]) -> None:
+    """A result row as soon as it is measured (long runs keep what they finished)."""
+    stdout.file.write(jsonl_line("result", row, system))
+    stdout.file.flush()
+
+
+def _with_isas(settings: bm.BenchSettings, isas: tuple[str, ...]) -> bm.BenchSettings:
+    from dataclasses import replace
+
+    return replace(settings, isas=isas)

@@ -1,0 +1,1 @@
+"""`spinkv chat` (the streaming REPL) and `spinkv run` (one reply)."""

@@ -1,0 +1,1 @@
+"""The command line frame: the typer app, shared options, rich output, one-line errors."""

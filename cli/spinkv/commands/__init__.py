@@ -1,1 +1,0 @@
-"""The `spinkv` command-line interface (typer + rich), a thin layer over `spinkv.api`."""

@@ -1,0 +1,1 @@
+"""KV cache options and presets as the API takes them, and `spinkv cache stats`."""

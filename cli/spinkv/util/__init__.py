@@ -1,0 +1,2 @@
+"""Helpers every feature shares: files and locks, store names, progress, system facts,
+safetensors writing."""

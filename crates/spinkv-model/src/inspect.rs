@@ -1,0 +1,170 @@
+//! What a model directory holds, read from config.json and the safetensors headers only (never
+//! the tensor data), so it is cheap for any model size. The files are found by the loader's own
+//! rule (`weights::weight_files`) and the config is parsed by the loader's own parser: a model
+//! is described exactly as `Model::load` would see it, and one it would refuse is an error.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::config::LlamaConfig;
+use crate::error::ModelError;
+use crate::weights::weight_files;
+
+/// A safetensors header longer than this is refused before it is read (real ones are well
+/// under a megabyte; the length field is untrusted).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightFile {
+    pub path: PathBuf,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelInspection {
+    /// The directory, canonicalized.
+    pub dir: PathBuf,
+    pub config: LlamaConfig,
+    /// The files `Model::load` maps, in its order.
+    pub weight_files: Vec<WeightFile>,
+    /// Elements of every tensor stored in `weight_files` (buffers included: what is on disk,
+    /// where `LlamaConfig::n_params` is what the forward uses).
+    pub parameters: u64,
+    /// The dtype holding the most parameters, named as config.json's `torch_dtype`
+    /// ("float16", "bfloat16", "float32"; other safetensors tags lowercased).
+    pub dtype: String,
+    /// Every regular file under `dir` (tokenizer, caches and all): what the model costs on disk.
+    pub dir_bytes: u64,
+}
+
+impl ModelInspection {
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_files.iter().map(|f| f.bytes).sum()
+    }
+}
+
+/// Describes the model in `dir` (see the module doc).
+pub fn inspect(dir: &Path) -> Result<ModelInspection, ModelError> {
+    if !dir.is_dir() {
+        return Err(ModelError::MissingDir(dir.to_path_buf()));
+    }
+    let io_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ModelError::Io { path, source }
+    };
+    let dir = fs::canonicalize(dir).map_err(io_error(dir))?;
+    let config = LlamaConfig::from_file(&dir.join("config.json"))?;
+    let mut weight_files_found = Vec::new();
+    let mut by_dtype: Vec<(String, u64)> = Vec::new();
+    let mut parameters: u64 = 0;
+    for path in weight_files(&dir)? {
+        for (dtype, count) in tensor_counts(&path)? {
+            parameters = parameters.saturating_add(count);
+            match by_dtype.iter_mut().find(|(d, _)| *d == dtype) {
+                Some((_, total)) => *total = total.saturating_add(count),
+                None => by_dtype.push((dtype, count)),
+            }
+        }
+        let bytes = fs::metadata(&path).map_err(io_error(&path))?.len();
+        weight_files_found.push(WeightFile { path, bytes });
+    }
+    // Ties go to the dtype seen first (files in load order, tensors by name).
+    let dtype = by_dtype
+        .iter()
+        .fold(None::<&(String, u64)>, |best, entry| match best {
+            Some(b) if b.1 >= entry.1 => Some(b),
+            _ => Some(entry),
+        })
+        .map_or_else(|| "?".to_string(), |(tag, _)| dtype_name(tag));
+    Ok(ModelInspection {
+        dir_bytes: dir_bytes(&dir),
+        dir,
+        config,
+        weight_files: weight_files_found,
+        parameters,
+        dtype,
+    })
+}
+
+fn dtype_name(tag: &str) -> String {
+    match tag {
+        "F32" => "float32".to_string(),
+        "F16" => "float16".to_string(),
+        "BF16" => "bfloat16".to_string(),
+        "F64" => "float64".to_string(),
+        other => other.to_ascii_lowercase(),
+    }
+}
+
+/// (dtype tag, element count) of every tensor in the header of the safetensors file at `path`,
+/// by tensor name.
+fn tensor_counts(path: &Path) -> Result<Vec<(String, u64)>, ModelError> {
+    let corrupt = |reason: String| ModelError::Safetensors {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let io_error = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = File::open(path).map_err(io_error)?;
+    let size = file.metadata().map_err(io_error)?.len();
+    let mut length = [0u8; 8];
+    file.read_exact(&mut length)
+        .map_err(|_| corrupt("no safetensors header".into()))?;
+    let length = u64::from_le_bytes(length);
+    if length > MAX_HEADER_BYTES || length > size - 8 {
+        return Err(corrupt(format!(
+            "header length {length} does not fit the file"
+        )));
+    }
+    let mut header = vec![0u8; length as usize];
+    file.read_exact(&mut header).map_err(io_error)?;
+    let tensors: HashMap<String, serde_json::Value> = serde_json::from_slice(&header)
+        .map_err(|e| corrupt(format!("header is not a JSON object: {e}")))?;
+    let mut names: Vec<&String> = tensors.keys().filter(|n| *n != "__metadata__").collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let bad = || corrupt(format!("tensor {name} has a bad dtype or shape"));
+            let tensor = &tensors[name];
+            let dtype = tensor
+                .get("dtype")
+                .and_then(|d| d.as_str())
+                .ok_or_else(bad)?;
+            let count = tensor
+                .get("shape")
+                .and_then(|s| s.as_array())
+                .ok_or_else(bad)?
+                .iter()
+                .try_fold(1u64, |n, d| n.checked_mul(d.as_u64()?))
+                .ok_or_else(bad)?;
+            Ok((dtype.to_string(), count))
+        })
+        .collect()
+}
+
+/// Bytes of the regular files under `dir`; symlinked directories are not followed (no loops),
+/// unreadable entries count as nothing (this is a size shown to a person, not a check).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| {
+            let path = entry.path();
+            match fs::symlink_metadata(&path) {
+                Ok(meta) if meta.is_dir() => dir_bytes(&path),
+                Ok(_) => fs::metadata(&path)
+                    .ok()
+                    .filter(|m| m.is_file())
+                    .map_or(0, |m| m.len()),
+                Err(_) => 0,
+            }
+        })
+        .sum()
+}
