@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from spinkv.errors import InvalidInputError, ModelFormatError
+from spinkv.errors import InvalidInputError, ModelFormatError, one_line
 from spinkv.models.info import read_json
 
 # Used for models that ship no template (base models): plain ChatML.
@@ -172,7 +172,7 @@ class ChatTemplate:
         except _RenderLimit as exc:
             raise InvalidInputError(f"chat template ({self.origin}) stopped: {exc}") from None
         except (Exception, RecursionError, MemoryError) as exc:  # the template is code
-            detail = " ".join(str(exc).split()) or type(exc).__name__
+            detail = one_line(exc)
             raise ModelFormatError(
                 f"chat template ({self.origin}) failed: {type(exc).__name__}: {detail}"
             ) from None

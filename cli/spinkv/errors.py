@@ -70,6 +70,11 @@ class InternalError(SpinkvError):
     """A bug inside spinkv (a caught Rust panic): never the user's fault; please report it."""
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (its type's name when it has none)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 __all__ = [
     "ChatBusyError",
     "ContextOverflowError",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from spinkv.errors import one_line
+
 
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Errors caused by input, files or the machine: reported in one line, exit code 2
@@ -27,8 +29,7 @@ def describe(exc: BaseException) -> str:
         return f"{exc.strerror}: {target}" if target else exc.strerror
     if isinstance(exc, MemoryError):
         return "out of memory"
-    message = " ".join(str(exc).split())
-    return message or type(exc).__name__
+    return one_line(exc)
 
 
 def debug_enabled() -> bool:

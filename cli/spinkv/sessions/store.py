@@ -31,6 +31,7 @@ from spinkv.errors import (
     SessionFileError,
     SessionPagesError,
     SpinkvError,
+    one_line,
 )
 from spinkv.kv.options import DEFAULT_KV_PRESET
 from spinkv.util.files import Lease, locked, require_regular_file, write_atomic
@@ -244,7 +245,7 @@ def session_info(path: Path) -> SessionInfo:
     try:
         transcript, header = read_transcript(path)
     except (_native.SpinkvError, SpinkvError, OSError, RecursionError, MemoryError) as exc:
-        return SessionInfo(name, path, size, error=" ".join(str(exc).split()))
+        return SessionInfo(name, path, size, error=one_line(exc))
     return SessionInfo(
         name=name,
         path=path,
@@ -343,7 +344,7 @@ def _refuse_other_kinds(kind: str) -> Callable[[Path], None]:
             transcript, _ = read_transcript(path)
         except (SpinkvError, OSError) as exc:
             raise SessionFileError(
-                f"{path} exists and is not a readable spinkv session ({describe_briefly(exc)}); "
+                f"{path} exists and is not a readable spinkv session ({one_line(exc)}); "
                 "it was not overwritten"
             ) from None
         if transcript.kind != kind:
@@ -363,10 +364,6 @@ def _kind_name(transcript: Transcript) -> str:
     if transcript.kind == "chat":
         name += f" of {transcript.turns} turn{'s' if transcript.turns != 1 else ''}"
     return name
-
-
-def describe_briefly(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 # ---- chats <-> files --------------------------------------------------------------------------
