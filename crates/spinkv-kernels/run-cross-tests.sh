@@ -61,13 +61,11 @@ if { [ "$only" = all ] || [ "$only" = neon ]; } && [ "$check" = 0 ]; then
     # path to the same sysroot keeps loader and libc from one build.
     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $sysroot -E LD_LIBRARY_PATH=$sysroot/lib"
     log "NEON: spinkv-kernels and spinkv-kv tests, aarch64 under qemu ($(qemu-aarch64 --version | head -1))"
-    # --lib --tests: cargo cross-compiles doctests too, and in a fresh target dir rustdoc for
-    # aarch64 failed to find `half` (E0463); the parity checks are not doctests.
-    "$DEB_CARGO" test --release --target aarch64-unknown-linux-gnu -p spinkv-kernels -p spinkv-kv --lib --tests \
+    "$DEB_CARGO" test --release --target aarch64-unknown-linux-gnu -p spinkv-kernels -p spinkv-kv \
         -- --nocapture 2>&1 | grep -E '^(test result|neon:|skipped:|error|failures)' || true
     # grep swallows cargo's status: run once more quietly to fail the script on a failure
     # (everything is built and cached by now).
-    "$DEB_CARGO" test --release --target aarch64-unknown-linux-gnu -p spinkv-kernels -p spinkv-kv --lib --tests -q >/dev/null
+    "$DEB_CARGO" test --release --target aarch64-unknown-linux-gnu -p spinkv-kernels -p spinkv-kv -q >/dev/null
     if [ "$bench" = 1 ]; then
         log "NEON kernel benchmark (emulated by qemu: not a speed figure)"
         "$DEB_CARGO" run --release --target aarch64-unknown-linux-gnu -p spinkv-kernels \

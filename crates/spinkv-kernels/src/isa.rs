@@ -254,6 +254,8 @@ pub fn runnable_isas() -> Vec<Isa> {
 /// Declares an operation's per-ISA modules, each behind the `cfg` of the targets that have
 /// that ISA. `quad` is one file for both 4-lane ISAs (NEON, SIMD128: never in one build),
 /// written against `crate::simd::quad`; it stands in as `neon` / `simd128` for [`dispatch`].
+/// `x86` is one file for AVX2 and AVX-512, generic over `crate::simd::x86::Vector`, whose
+/// [`x86_kernels`] invocation declares the `avx2` and `avx512` modules.
 /// Every op also gets `quad` as the name of its 4-lane module, so shared bodies can call other
 /// ops' 4-lane kernels without naming the ISA.
 macro_rules! isa_modules {
@@ -275,6 +277,12 @@ macro_rules! isa_modules {
         #[allow(unused_imports)]
         pub(crate) use simd128 as quad;
     };
+    (@one x86) => {
+        #[cfg(target_arch = "x86_64")]
+        pub(crate) mod x86;
+        #[cfg(target_arch = "x86_64")]
+        pub use x86::{avx2, avx512};
+    };
     (@one quad) => {
         #[cfg(any(target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
         pub(crate) mod quad;
@@ -285,6 +293,44 @@ macro_rules! isa_modules {
     };
 }
 pub(crate) use isa_modules;
+
+/// Declares the `avx2` and `avx512` modules of an op's `x86.rs` from its width-generic bodies:
+/// each listed `fn` becomes a `#[target_feature]` entry point in both, calling the body of the
+/// same name with `__m256` or `__m512` as its first type argument. The bodies are
+/// `#[inline(always)]`, so they compile inside the entry point with its features, as a
+/// hand-written copy per ISA would.
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_kernels {
+    (@isa $isa:ident $features:literal $reg:ident $cpu:literal $(
+        $(#[doc = $doc:literal])*
+        fn $name:ident $(<$($g:ident: $bound:path),*>)? ($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;
+    )*) => {
+        pub mod $isa {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                $(#[doc = $doc])*
+                ///
+                /// # Safety
+                #[doc = concat!("CPU must support ", $cpu, "; arguments as the public wrapper checks.")]
+                #[target_feature(enable = $features)]
+                pub unsafe fn $name $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? {
+                    // SAFETY: this entry point enables the features the body is written for.
+                    unsafe { super::$name::<std::arch::x86_64::$reg $(, $($g),*)?>($($arg),*) }
+                }
+            )*
+        }
+    };
+    ($($kernels:tt)*) => {
+        $crate::isa::x86_kernels!(@isa avx2 "avx2,fma,f16c" __m256 "AVX2+FMA+F16C" $($kernels)*);
+        $crate::isa::x86_kernels!(
+            @isa avx512 "avx512f,avx512bw,avx512vl,avx2,fma,f16c" __m512
+            "AVX-512 F/BW/VL (+AVX2/FMA/F16C)" $($kernels)*
+        );
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86_kernels;
 
 /// Calls `$f` from the per-ISA module of `$isa` (`avx512::$f`, `avx2::$f`, ...), or
 /// `scalar::$f` when this target has no module for it. Used inside each operation's `_on`

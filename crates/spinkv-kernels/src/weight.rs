@@ -70,3 +70,16 @@ impl<'a> WeightRef<'a> {
         }
     }
 }
+
+/// `$body` with `$s` bound to the weight's slice, instantiated once per storage dtype (the
+/// SIMD kernels are generic over `crate::simd::Lanes`).
+macro_rules! with_slice {
+    ($w:expr, |$s:ident| $body:expr) => {
+        match $w {
+            $crate::WeightRef::F16($s) => $body,
+            $crate::WeightRef::Bf16($s) => $body,
+            $crate::WeightRef::F32($s) => $body,
+        }
+    };
+}
+pub(crate) use with_slice;

@@ -22,13 +22,6 @@ struct SegmentPlan {
     table: *const f32,
 }
 
-/// Up to 8 channels `first..first + n` of a decoded row (an accumulator tile's unit).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Group {
-    pub(crate) first: usize,
-    pub(crate) n: usize,
-}
-
 /// Decodes rows of a code block to levels (or to bare codes) with one layout and codebook.
 /// Small on purpose (built per page call): the vector constants are loaded per segment when
 /// a call starts decoding, from the static window tables and the level tables.

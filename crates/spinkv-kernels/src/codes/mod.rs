@@ -154,6 +154,79 @@ pub struct CodedRows<'a> {
     pub scales: &'a [f32],
 }
 
+impl<'a> CodedRows<'a> {
+    pub fn new(
+        codes: &'a [u8],
+        layout: &'a CodeLayout,
+        levels: Levels<'a>,
+        scales: &'a [f32],
+    ) -> Self {
+        CodedRows {
+            codes,
+            layout,
+            levels,
+            scales,
+        }
+    }
+}
+
+/// The code-row decoder of each x86 register width (`avx2::RowDecoder`, `avx512::RowDecoder`),
+/// for the width-generic attention kernels.
+#[cfg(target_arch = "x86_64")]
+pub(crate) trait Decoders: crate::simd::x86::Vector {
+    type Decoder: DecodeRows;
+}
+
+/// The methods of both x86 `RowDecoder`s (see there). # Safety (the unsafe ones): the
+/// decoder's ISA, and the contracts of its inherent methods.
+#[cfg(target_arch = "x86_64")]
+pub(crate) trait DecodeRows {
+    fn new(layout: &CodeLayout, levels: Levels<'_>) -> Self;
+    fn has_segments(&self) -> bool;
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn decode_rows(
+        &self,
+        bytes: &[u8],
+        at: usize,
+        row_bytes: usize,
+        n_rows: usize,
+        dst: *mut f32,
+        stride: usize,
+    );
+    unsafe fn decode(&self, bytes: &[u8], at: usize, levels: Levels<'_>, out: &mut [f32]);
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! decoders {
+    ($($reg:ty => $isa:ident),*) => {$(
+        impl Decoders for $reg {
+            type Decoder = $isa::RowDecoder;
+        }
+        impl DecodeRows for $isa::RowDecoder {
+            #[inline(always)]
+            fn new(layout: &CodeLayout, levels: Levels<'_>) -> Self {
+                $isa::RowDecoder::new(layout, levels)
+            }
+            #[inline(always)]
+            fn has_segments(&self) -> bool {
+                $isa::RowDecoder::has_segments(self)
+            }
+            #[inline(always)]
+            unsafe fn decode_rows(&self, bytes: &[u8], at: usize, row_bytes: usize, n_rows: usize, dst: *mut f32, stride: usize) {
+                // SAFETY: forwarded from the caller.
+                unsafe { $isa::RowDecoder::decode_rows(self, bytes, at, row_bytes, n_rows, dst, stride) }
+            }
+            #[inline(always)]
+            unsafe fn decode(&self, bytes: &[u8], at: usize, levels: Levels<'_>, out: &mut [f32]) {
+                // SAFETY: forwarded from the caller.
+                unsafe { $isa::RowDecoder::decode(self, bytes, at, levels, out) }
+            }
+        }
+    )*};
+}
+#[cfg(target_arch = "x86_64")]
+decoders!(std::arch::x86_64::__m256 => avx2, std::arch::x86_64::__m512 => avx512);
+
 /// Packs `codes` (`layout.d` of them, each below `2^width`; higher bits are dropped) into `out`
 /// (`layout.bytes()` long, fully overwritten).
 pub fn pack(codes: &[u8], layout: &CodeLayout, out: &mut [u8]) {

@@ -7,11 +7,12 @@
 //! all zero (causally masked) is skipped, and so is each zero weight. Float tolerance:
 //! `1e-5 · (|acc| + Σ_j |w_j·v_j|)` per element.
 
-crate::isa::isa_modules!(scalar, avx2, avx512, quad);
+crate::isa::isa_modules!(scalar, x86, quad);
 
 use crate::codes::{CodeLayout, CodedRows, Levels};
 use crate::isa::{active_isa, dispatch, Isa};
 use crate::kv_score::{check, check_codes};
+use crate::simd::RowBuf;
 use half::f16;
 
 /// `acc[qh][c] += Σ_j weights[qh·stride + j] · values[j][c]` over the `values.len() / d` rows.
@@ -45,12 +46,7 @@ pub fn accumulate_codes(
     unsafe {
         accumulate_codes_on(
             active_isa(),
-            CodedRows {
-                codes,
-                layout,
-                levels,
-                scales,
-            },
+            CodedRows::new(codes, layout, levels, scales),
             weights,
             stride,
             acc,
@@ -93,6 +89,59 @@ pub(crate) fn accumulate_rows(
             }
         }
     }
+}
+
+/// [`accumulate_rows`] over fp16 rows `[rows][d]`, each widened by the ISA's `convert`.
+#[inline(always)]
+pub(crate) fn accumulate_f16_rows(
+    values: &[f16],
+    d: usize,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+    convert: impl Fn(&[f16], &mut [f32]),
+    axpy: impl Fn(f32, &[f32], &mut [f32]),
+) {
+    let mut row = RowBuf::new();
+    let decode = |j: usize, row: &mut [f32]| convert(&values[j * d..(j + 1) * d], row);
+    let rows = values.len() / d;
+    accumulate_rows(
+        &mut row.0[..d],
+        rows,
+        None,
+        weights,
+        stride,
+        acc,
+        decode,
+        axpy,
+    );
+}
+
+/// [`accumulate_rows`] over code rows, row `j` decoded by `decode(j · layout.bytes(), row)`
+/// (its byte offset in `r.codes`) and weighted by its scale.
+#[inline(always)]
+pub(crate) fn accumulate_code_rows(
+    r: CodedRows<'_>,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+    decode: impl Fn(usize, &mut [f32]),
+    axpy: impl Fn(f32, &[f32], &mut [f32]),
+) {
+    let mut row = RowBuf::new();
+    let bytes = r.layout.bytes();
+    let decode = |j: usize, row: &mut [f32]| decode(j * bytes, row);
+    let (row, rows) = (&mut row.0[..r.layout.d], r.scales.len());
+    accumulate_rows(
+        row,
+        rows,
+        Some(r.scales),
+        weights,
+        stride,
+        acc,
+        decode,
+        axpy,
+    );
 }
 
 /// # Safety
@@ -145,12 +194,7 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             let (packed, hi, lo) = random_block(&mut rng, &layout, rows);
             let levels = Levels { hi: &hi, lo: &lo };
             let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
-            let block = CodedRows {
-                codes: &packed,
-                layout: &layout,
-                levels,
-                scales: &scales,
-            };
+            let block = CodedRows::new(&packed, &layout, levels, &scales);
             let weights = weights_for(&mut rng, n_qh);
             let mut want = random_vec(rng.next_u64(), n_qh * d);
             let mut got = want.clone();

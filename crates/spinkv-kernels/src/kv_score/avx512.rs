@@ -6,7 +6,6 @@
 use crate::codes::avx512::RowDecoder;
 use crate::codes::CodedRows;
 use crate::simd::avx512::{tail_mask, Lanes};
-use crate::simd::RowBuf;
 use half::f16;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -207,16 +206,10 @@ pub unsafe fn score_f16(
             )
         };
     }
-    let mut row = RowBuf::new();
-    let row = &mut row.0[..d];
-    for (j, key) in keys.chunks_exact(d).enumerate() {
-        // SAFETY: same target features as this function; equal lengths.
-        unsafe { crate::convert::avx512::f16_to_f32(key, row) };
-        for (qh, q) in queries.chunks_exact(d).enumerate() {
-            // SAFETY: as above.
-            scores[qh * stride + j] = unsafe { crate::vec_f32::avx512::dot(q, row) };
-        }
-    }
+    // SAFETY (both closures): same target features as this function; equal lengths.
+    let convert = |x: &[f16], row: &mut [f32]| unsafe { crate::convert::avx512::f16_to_f32(x, row) };
+    let dot = |q: &[f32], row: &[f32]| unsafe { crate::vec_f32::avx512::dot(q, row) };
+    super::score_f16_rows(keys, d, queries, scores, stride, convert, dot);
 }
 
 /// # Safety
@@ -247,13 +240,8 @@ pub unsafe fn score_codes(r: CodedRows<'_>, queries: &[f32], scores: &mut [f32],
                 stride,
             );
         }
-        let mut row = RowBuf::new();
-        let row = &mut row.0[..d];
-        for (j, &scale) in scales.iter().enumerate() {
-            decoder.decode(codes, j * bytes, levels, row);
-            for (qh, q) in queries.chunks_exact(d).enumerate() {
-                scores[qh * stride + j] = scale * crate::vec_f32::avx512::dot(q, row);
-            }
-        }
+        let decode = |at: usize, row: &mut [f32]| decoder.decode(codes, at, levels, row);
+        let dot = |q: &[f32], row: &[f32]| crate::vec_f32::avx512::dot(q, row);
+        super::score_code_rows(r, queries, scores, stride, decode, dot);
     }
 }

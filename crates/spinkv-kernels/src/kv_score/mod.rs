@@ -37,12 +37,7 @@ pub fn score_codes(
     unsafe {
         score_codes_on(
             active_isa(),
-            CodedRows {
-                codes,
-                layout,
-                levels,
-                scales,
-            },
+            CodedRows::new(codes, layout, levels, scales),
             queries,
             scores,
             stride,
@@ -74,6 +69,79 @@ pub(crate) fn check_codes(codes: &[u8], layout: &CodeLayout, levels: Levels<'_>,
         codes.len() >= rows * layout.bytes(),
         "kv: codes shorter than the rows"
     );
+}
+
+/// Row-at-a-time scoring every ISA shares (the reference, and the SIMD fallback for large
+/// head dims): key row `j` is widened by the ISA's `convert`, then dotted with every query.
+#[inline(always)]
+pub(crate) fn score_f16_rows(
+    keys: &[f16],
+    d: usize,
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+    convert: impl Fn(&[f16], &mut [f32]),
+    dot: impl Fn(&[f32], &[f32]) -> f32,
+) {
+    let decode = |j: usize, row: &mut [f32]| convert(&keys[j * d..(j + 1) * d], row);
+    score_rows(
+        d,
+        keys.len() / d,
+        None,
+        queries,
+        scores,
+        stride,
+        decode,
+        dot,
+    );
+}
+
+/// As [`score_f16_rows`] for code rows: row `j` decoded by `decode(j · layout.bytes(), row)`
+/// (its byte offset in `r.codes`), its scores times its scale.
+#[inline(always)]
+pub(crate) fn score_code_rows(
+    r: CodedRows<'_>,
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+    decode: impl Fn(usize, &mut [f32]),
+    dot: impl Fn(&[f32], &[f32]) -> f32,
+) {
+    let (d, bytes) = (r.layout.d, r.layout.bytes());
+    let decode = |j: usize, row: &mut [f32]| decode(j * bytes, row);
+    score_rows(
+        d,
+        r.scales.len(),
+        Some(r.scales),
+        queries,
+        scores,
+        stride,
+        decode,
+        dot,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn score_rows(
+    d: usize,
+    rows: usize,
+    scales: Option<&[f32]>,
+    queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+    decode: impl Fn(usize, &mut [f32]),
+    dot: impl Fn(&[f32], &[f32]) -> f32,
+) {
+    let mut row = crate::simd::RowBuf::new();
+    let row = &mut row.0[..d];
+    for j in 0..rows {
+        decode(j, row);
+        for (qh, q) in queries.chunks_exact(d).enumerate() {
+            let dot = dot(q, row);
+            scores[qh * stride + j] = scales.map_or(dot, |s| s[j] * dot);
+        }
+    }
 }
 
 /// # Safety
@@ -150,12 +218,7 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             let (packed, hi, lo) = random_block(&mut rng, &layout, rows);
             let levels = Levels { hi: &hi, lo: &lo };
             let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
-            let block = CodedRows {
-                codes: &packed,
-                layout: &layout,
-                levels,
-                scales: &scales,
-            };
+            let block = CodedRows::new(&packed, &layout, levels, &scales);
             let queries = random_vec(rng.next_u64(), n_qh * d);
             let mut want = vec![7.0f32; n_qh * stride];
             let mut got = want.clone();

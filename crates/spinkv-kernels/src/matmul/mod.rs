@@ -5,7 +5,7 @@
 //! block of tokens, so each weight is widened from f16/bf16 once per token block instead of
 //! once per token.
 
-crate::isa::isa_modules!(scalar, avx2, avx512, neon, simd128);
+crate::isa::isa_modules!(scalar, x86, neon, simd128);
 
 use crate::isa::{active_isa, dispatch, Isa};
 use crate::WeightRef;

@@ -11,11 +11,7 @@ const TOKENS: usize = 4;
 /// # Safety
 /// Shapes as checked by `super::check_shapes`.
 pub unsafe fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
-    match w {
-        WeightRef::F16(w) => matmul_lanes(w, k, x, rows, y),
-        WeightRef::Bf16(w) => matmul_lanes(w, k, x, rows, y),
-        WeightRef::F32(w) => matmul_lanes(w, k, x, rows, y),
-    }
+    crate::weight::with_slice!(w, |w| matmul_lanes(w, k, x, rows, y))
 }
 
 fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {

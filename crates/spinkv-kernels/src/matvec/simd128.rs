@@ -8,11 +8,7 @@ use std::ops::Range;
 /// # Safety
 /// Shapes as checked by `super::check_shapes`.
 pub unsafe fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
-    match w {
-        WeightRef::F16(w) => matvec_lanes(w, k, x, rows, y),
-        WeightRef::Bf16(w) => matvec_lanes(w, k, x, rows, y),
-        WeightRef::F32(w) => matvec_lanes(w, k, x, rows, y),
-    }
+    crate::weight::with_slice!(w, |w| matvec_lanes(w, k, x, rows, y))
 }
 
 fn matvec_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {

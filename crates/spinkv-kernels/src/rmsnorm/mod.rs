@@ -1,6 +1,6 @@
 //! RMSNorm: `out[i] = x[i] / sqrt(mean(x²) + eps) * weight[i]`.
 
-crate::isa::isa_modules!(scalar, avx2, avx512, quad);
+crate::isa::isa_modules!(scalar, x86, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 

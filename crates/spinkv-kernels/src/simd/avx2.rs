@@ -1,6 +1,5 @@
 //! Small AVX2 building blocks shared by the per-op `avx2.rs` files.
 
-pub(crate) use super::Lanes;
 use half::{bf16, f16};
 use std::arch::x86_64::*;
 
@@ -103,41 +102,4 @@ pub(crate) fn reduce16(lo: __m256, hi: __m256) -> f32 {
     let q01 = _mm_add_ss(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
     let q23 = _mm_add_ss(_mm256_castps256_ps128(b), _mm256_extractf128_ps::<1>(b));
     _mm_cvtss_f32(_mm_add_ss(q01, q23))
-}
-
-/// Canonical `Σ x[i]·y[i]` over `n` elements: two 8-lane FMA chains (lanes 0..8, 8..16).
-///
-/// # Safety
-/// AVX2; `x` and `y` valid for `n` elements.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
-    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut i = 0;
-    // SAFETY: loads cover i..i+16 <= n; the tail goes through zero-padded copies.
-    unsafe {
-        while i + 16 <= n {
-            lo = _mm256_fmadd_ps(L::load8(x.add(i)), _mm256_loadu_ps(y.add(i)), lo);
-            hi = _mm256_fmadd_ps(L::load8(x.add(i + 8)), _mm256_loadu_ps(y.add(i + 8)), hi);
-            i += 16;
-        }
-        if i < n {
-            let (mut tx, mut ty) = ([0.0f32; 16], [0.0f32; 16]);
-            for j in i..n {
-                tx[j - i] = (*x.add(j)).widen();
-                ty[j - i] = *y.add(j);
-            }
-            lo = _mm256_fmadd_ps(
-                _mm256_loadu_ps(tx.as_ptr()),
-                _mm256_loadu_ps(ty.as_ptr()),
-                lo,
-            );
-            hi = _mm256_fmadd_ps(
-                _mm256_loadu_ps(tx.as_ptr().add(8)),
-                _mm256_loadu_ps(ty.as_ptr().add(8)),
-                hi,
-            );
-        }
-    }
-    reduce16(lo, hi)
 }

@@ -126,30 +126,3 @@ pub(crate) fn reduce16(v: __m512) -> f32 {
     let q3 = _mm512_extractf32x4_ps::<3>(t);
     _mm_cvtss_f32(_mm_add_ss(_mm_add_ss(q0, q1), _mm_add_ss(q2, q3)))
 }
-
-/// Canonical `Σ x[i]·y[i]` over `n` elements: one 16-lane FMA chain, masked tail.
-///
-/// # Safety
-/// AVX-512; `x` and `y` valid for `n` elements.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(crate) unsafe fn dot16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
-    let mut acc = _mm512_setzero_ps();
-    let mut i = 0;
-    // SAFETY: full loads stay below n; the masked ones touch only lanes below n.
-    unsafe {
-        while i + 16 <= n {
-            acc = _mm512_fmadd_ps(L::load16(x.add(i)), _mm512_loadu_ps(y.add(i)), acc);
-            i += 16;
-        }
-        if i < n {
-            let m = tail_mask(n - i);
-            acc = _mm512_fmadd_ps(
-                L::load16_masked(x.add(i), m),
-                _mm512_maskz_loadu_ps(m, y.add(i)),
-                acc,
-            );
-        }
-    }
-    reduce16(acc)
-}

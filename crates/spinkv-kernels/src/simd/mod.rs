@@ -9,6 +9,8 @@ pub(crate) mod avx512;
 pub(crate) mod neon;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub(crate) mod simd128;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
 
 /// The 4-lane ISA of this build, for code written once for NEON and SIMD128.
 #[cfg(target_arch = "aarch64")]

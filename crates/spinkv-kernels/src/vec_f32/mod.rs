@@ -1,7 +1,7 @@
 //! f32 vector primitives used by attention: `dot_f32` and `axpy_f32` (`y += a·x`). The
 //! per-ISA dot and axpy are generic over the row dtype and also serve `vec_f16`.
 
-crate::isa::isa_modules!(scalar, avx2, avx512, quad);
+crate::isa::isa_modules!(scalar, x86, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 

@@ -1,0 +1,324 @@
+//! AVX2 / AVX-512 accumulation, register-tiled: up to `TILE` query heads × `TILE` groups of
+//! one register of channels each stay in registers while the page's rows stream past (AVX2:
+//! 3 × 3 of the 16 ymm registers, leaving room for the weights and a row group; AVX-512: 4 × 4
+//! of the 32 zmm); each row group is decoded (codes) or widened (fp16) once per tile and feeds
+//! one FMA per query head.
+
+use super::{accumulate_code_rows, any_weight};
+use crate::codes::{CodedRows, DecodeRows, Decoders};
+use crate::simd::x86::{on_width, Vector};
+use crate::simd::Lanes;
+use half::f16;
+use std::mem::MaybeUninit;
+
+crate::isa::x86_kernels! {
+    fn accumulate_f16(values: &[f16], d: usize, weights: &[f32], stride: usize, acc: &mut [f32]);
+    fn accumulate_codes(r: CodedRows<'_>, weights: &[f32], stride: usize, acc: &mut [f32]);
+}
+
+/// Query heads and channel groups per register tile.
+fn tile_size<V: Vector>() -> usize {
+    if V::N == 8 {
+        3
+    } else {
+        4
+    }
+}
+
+/// Up to one register of channels `first..first + n` of a row (an accumulator tile's unit).
+#[derive(Clone, Copy, Debug, Default)]
+struct Group {
+    first: usize,
+    n: usize,
+}
+
+/// A page's value rows `[rows][d]`, widened group by group: fp16 rows of the page, or f32
+/// rows of a decoded block of codes.
+struct Rows<L> {
+    rows: *const L,
+    d: usize,
+}
+
+impl<L: Lanes> Rows<L> {
+    /// Group `group` of row `j` widened to f32 (lanes past the group are 0).
+    ///
+    /// # Safety
+    /// `V`'s features; `j` is a row of the page.
+    #[inline(always)]
+    unsafe fn load<V: Vector>(&self, j: usize, group: &Group) -> V {
+        let src = self.rows.wrapping_add(j * self.d + group.first);
+        // SAFETY: the group's lanes lie inside row j (the caller's contract); halves come in
+        // whole groups without masked loads (see `accumulate_f16`).
+        unsafe {
+            if L::IS_F32 || V::MASKED_HALVES {
+                V::widen_part(src, group.n)
+            } else {
+                debug_assert_eq!(group.n, V::N, "fp16 tiles take whole groups only");
+                V::widen(src)
+            }
+        }
+    }
+}
+
+/// Code rows decoded per block before the FMA tiles run over them.
+const CODE_BLOCK: usize = 32;
+/// Head dims up to this decode in blocks; larger ones row by row.
+const MAX_BLOCKED_DIM: usize = 256;
+
+/// Shapes shared by every tile of one call.
+struct Page<'a> {
+    rows: usize,
+    scales: Option<&'a [f32]>,
+    weights: &'a [f32],
+    stride: usize,
+    n_qh: usize,
+    d: usize,
+}
+
+/// Rows `c0..c0 + n` (`n <= 32`) of a page; bit `t` of `live` set when row `c0 + t` has a
+/// non-zero weight for some query head.
+#[derive(Clone, Copy)]
+struct Chunk {
+    c0: usize,
+    n: usize,
+    live: u32,
+}
+
+/// Where a register tile sits: the chunk's rows × query heads from `q0` × `groups`.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    chunk: Chunk,
+    groups: &'a [Group],
+    q0: usize,
+}
+
+/// One register tile: query heads `q0..q0 + NQ` × the `NG` groups in `groups`, over one chunk
+/// of rows. Weights (times the rows' scales) are staged per chunk, so a row costs `NQ`
+/// broadcasts, `NG` loads and `NQ·NG` FMAs.
+///
+/// # Safety
+/// `V`'s features; `acc` is `[n_qh][d]`; every group lies below `d`; the chunk's rows are rows
+/// of the page.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn tile<V: Vector, L: Lanes, const NQ: usize, const NG: usize>(
+    src: &Rows<L>,
+    page: &Page<'_>,
+    at: At<'_>,
+    acc: &mut [f32],
+) {
+    let (d, chunk, groups, q0) = (page.d, at.chunk, at.groups, at.q0);
+    let mut ws = [[0.0f32; 32]; NQ];
+    // SAFETY (all accesses): weights and scales of the chunk's rows lie inside their slices
+    // (checked shapes); masked accumulator lanes stay inside acc row q0 + q.
+    unsafe {
+        let mut a = [[V::zero(); NG]; NQ];
+        for q in 0..NQ {
+            let w = page.weights.as_ptr().add((q0 + q) * page.stride + chunk.c0);
+            for h in 0..chunk.n.div_ceil(V::N) {
+                let m = V::mask((chunk.n - V::N * h).min(V::N));
+                let mut v = V::load_masked(w.add(V::N * h), m);
+                if let Some(scales) = page.scales {
+                    let s = V::load_masked(scales.as_ptr().add(chunk.c0 + V::N * h), m);
+                    v = V::mul(v, s);
+                }
+                V::store(ws[q].as_mut_ptr().add(V::N * h), v);
+            }
+        }
+        for q in 0..NQ {
+            for g in 0..NG {
+                let at = acc.as_ptr().add((q0 + q) * d + groups[g].first);
+                a[q][g] = V::load_masked(at, V::mask(groups[g].n));
+            }
+        }
+        let mut live = chunk.live;
+        while live != 0 {
+            let t = live.trailing_zeros() as usize;
+            live &= live - 1;
+            let mut w = [V::zero(); NQ];
+            for q in 0..NQ {
+                w[q] = V::splat(ws[q][t]);
+            }
+            for g in 0..NG {
+                let x: V = src.load(chunk.c0 + t, &groups[g]);
+                for q in 0..NQ {
+                    a[q][g] = V::fma(w[q], x, a[q][g]);
+                }
+            }
+        }
+        for q in 0..NQ {
+            for g in 0..NG {
+                let at = acc.as_mut_ptr().add((q0 + q) * d + groups[g].first);
+                V::store_masked(at, V::mask(groups[g].n), a[q][g]);
+            }
+        }
+    }
+}
+
+/// The tile of `NQ` query heads × `at.groups.len()` groups (each 1..=4).
+///
+/// # Safety
+/// As [`tile`].
+#[inline(always)]
+unsafe fn tile_of<V: Vector, L: Lanes, const NQ: usize>(
+    src: &Rows<L>,
+    page: &Page<'_>,
+    at: At<'_>,
+    acc: &mut [f32],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match at.groups.len() {
+            4 => tile::<V, L, NQ, 4>(src, page, at, acc),
+            3 => tile::<V, L, NQ, 3>(src, page, at, acc),
+            2 => tile::<V, L, NQ, 2>(src, page, at, acc),
+            _ => tile::<V, L, NQ, 1>(src, page, at, acc),
+        }
+    }
+}
+
+/// Every tile of a page.
+///
+/// # Safety
+/// `V`'s features; shapes as checked by the dispatcher.
+#[inline(always)]
+unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
+    src: &Rows<L>,
+    page: &Page<'_>,
+    groups: &[Group],
+    acc: &mut [f32],
+) {
+    let tile_qg = tile_size::<V>();
+    for c0 in (0..page.rows).step_by(32) {
+        let nc = (page.rows - c0).min(32);
+        // SAFETY: the chunk's weights lie inside `weights` (checked shapes).
+        let live = unsafe {
+            let mut live = 0u32;
+            for qh in 0..page.n_qh {
+                let w = page.weights.as_ptr().add(qh * page.stride + c0);
+                for h in 0..nc.div_ceil(V::N) {
+                    let n = (nc - V::N * h).min(V::N);
+                    let v = V::load_masked(w.add(V::N * h), V::mask(n));
+                    live |= V::nonzero_bits(v, n) << (V::N * h);
+                }
+            }
+            live
+        };
+        if live == 0 {
+            continue;
+        }
+        let chunk = Chunk { c0, n: nc, live };
+        for gt in groups.chunks(tile_qg) {
+            for q0 in (0..page.n_qh).step_by(tile_qg) {
+                let at = At { chunk, groups: gt, q0 };
+                // SAFETY: `V`'s features; the tile's heads and groups are inside acc.
+                unsafe {
+                    match (page.n_qh - q0).min(tile_qg) {
+                        4 => tile_of::<V, L, 4>(src, page, at, acc),
+                        3 => tile_of::<V, L, 3>(src, page, at, acc),
+                        2 => tile_of::<V, L, 2>(src, page, at, acc),
+                        _ => tile_of::<V, L, 1>(src, page, at, acc),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The groups of one register of channels of a row of `d` channels, and how many there are.
+fn groups<V: Vector>(d: usize) -> ([Group; crate::MAX_CODED_DIM / 8], usize) {
+    let mut groups = [Group::default(); crate::MAX_CODED_DIM / 8];
+    let n = d.div_ceil(V::N);
+    for (g, slot) in groups.iter_mut().enumerate().take(n) {
+        *slot = Group {
+            first: V::N * g,
+            n: (d - V::N * g).min(V::N),
+        };
+    }
+    (groups, n)
+}
+
+/// # Safety
+/// `V`'s features; shapes as checked by `super::accumulate_f16`.
+#[inline(always)]
+unsafe fn accumulate_f16<V: Vector>(
+    values: &[f16],
+    d: usize,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    // AVX-512 tiles every channel (masked loads of halves). AVX2 tiles whole groups of 8 only
+    // (no masked loads of halves: a copy would be a call inside the hot loop); its last d % 8
+    // channels go through scalar FMAs, which add each element in the same row order.
+    let tiled = if V::MASKED_HALVES { d } else { d / V::N * V::N };
+    let (groups, n_groups) = groups::<V>(tiled);
+    let page = Page {
+        rows: values.len() / d,
+        scales: None,
+        weights,
+        stride,
+        n_qh: acc.len() / d,
+        d,
+    };
+    let src = Rows {
+        rows: values.as_ptr(),
+        d,
+    };
+    // SAFETY: `V`'s features; shapes checked by the dispatcher.
+    unsafe { accumulate_tiled::<V, f16>(&src, &page, &groups[..n_groups], acc) };
+    for c in tiled..d {
+        for j in 0..page.rows {
+            if !any_weight(weights, stride, page.n_qh, j) {
+                continue;
+            }
+            let x = values[j * d + c].to_f32();
+            for qh in 0..page.n_qh {
+                let a = &mut acc[qh * d + c];
+                *a = weights[qh * stride + j].mul_add(x, *a);
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `V`'s features; shapes as checked by `super::accumulate_codes`.
+#[inline(always)]
+unsafe fn accumulate_codes<V: Decoders>(
+    r: CodedRows<'_>,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    let (d, bytes) = (r.layout.d, r.layout.bytes());
+    let decoder = V::Decoder::new(r.layout, r.levels);
+    // SAFETY: `V`'s features; every row lies inside `codes` (checked), the levels were checked
+    // against the layout.
+    unsafe {
+        if decoder.has_segments() && d <= MAX_BLOCKED_DIM {
+            let (groups, n_groups) = groups::<V>(d);
+            let mut buf = MaybeUninit::<[f32; CODE_BLOCK * MAX_BLOCKED_DIM]>::uninit();
+            let buf = buf.as_mut_ptr() as *mut f32;
+            let rows = r.scales.len();
+            for j0 in (0..rows).step_by(CODE_BLOCK) {
+                let nb = (rows - j0).min(CODE_BLOCK);
+                // Decode the block once; every tile then reads it from L1.
+                decoder.decode_rows(r.codes, j0 * bytes, bytes, nb, buf, d);
+                let page = Page {
+                    rows: nb,
+                    scales: Some(&r.scales[j0..j0 + nb]),
+                    weights: &weights[j0..],
+                    stride,
+                    n_qh: acc.len() / d,
+                    d,
+                };
+                let src = Rows { rows: buf as *const f32, d };
+                accumulate_tiled::<V, f32>(&src, &page, &groups[..n_groups], acc);
+            }
+            return;
+        }
+        let decode = |at: usize, row: &mut [f32]| decoder.decode(r.codes, at, r.levels, row);
+        let axpy = |w: f32, x: &[f32], y: &mut [f32]| on_width!(V, vec_f32::axpy(w, x, y));
+        accumulate_code_rows(r, weights, stride, acc, decode, axpy);
+    }
+}
