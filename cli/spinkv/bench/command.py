@@ -24,21 +24,17 @@ BENCH = "Benchmark"
 
 DepthOption = Annotated[
     Optional[str],
-    typer.Option(
+    opt.option(
         "--depth",
         "-d",
         help="Context depths: tokens of text prefilled first (default 0; with --kernels 512,4096).",
-        show_default=False,
-        rich_help_panel=BENCH,
+        panel=BENCH,
     ),
 ]
 IsaOption = Annotated[
     Optional[str],
-    typer.Option(
-        "--isa",
-        help="Instruction sets, e.g. scalar,avx2 (default: the one in use).",
-        show_default=False,
-        rich_help_panel=BENCH,
+    opt.option(
+        "--isa", help="Instruction sets, e.g. scalar,avx2 (default: the one in use).", panel=BENCH
     ),
 ]
 
@@ -114,8 +110,6 @@ def bench_command(
         isas=bm.parse_name_list(isa, "--isa") if isa is not None else (),
         arms=tuple(parse_arms(kv, overrides)),
     )
-    if threads is not None and threads < 1:
-        raise InvalidInputError(f"-t must be at least 1, got {threads}")
     from spinkv.bench import runner as bench_run
 
     cross_isas: tuple[str, ...] = ()

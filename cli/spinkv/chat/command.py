@@ -310,51 +310,21 @@ class ChatRepl:
         return True
 
 
+@opt.with_generation_flags
 def chat(
     model: opt.ModelOption = None,
     system: opt.SystemOption = None,
     max_tokens: opt.MaxTokensOption = 1024,
     threads: opt.ThreadsOption = None,
-    temperature: opt.TemperatureOption = None,
-    top_k: opt.TopKOption = None,
-    top_p: opt.TopPOption = None,
-    min_p: opt.MinPOption = None,
-    repeat_penalty: opt.RepeatPenaltyOption = None,
-    repeat_last_n: opt.RepeatLastNOption = None,
-    seed: opt.SeedOption = None,
-    kv: opt.KvPresetOption = None,
-    k_bits: opt.KBitsOption = None,
-    v_bits: opt.VBitsOption = None,
-    kv_window: opt.KvWindowOption = None,
-    kv_page: opt.KvPageOption = None,
-    max_context: opt.MaxContextOption = None,
-    sink_tokens: opt.SinkTokensOption = None,
-    isa: opt.RunIsaOption = None,
     session: SessionOption = None,
     quiet: opt.QuietOption = False,
     verbose: opt.VerboseOption = False,
+    flags: opt.GenerationFlags = None,  # type: ignore[assignment]  # by with_generation_flags
 ) -> None:
     """Chat with a model; the KV cache is kept between turns. /help lists the commands."""
-    given_sampling = opt.sampling_flags(
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        repeat_last_n=repeat_last_n,
-        seed=seed,
-    )
-    sampling = sampling_with(given_sampling)
-    kv_dict = opt.kv_from_flags(
-        preset=kv,
-        k_bits=k_bits,
-        v_bits=v_bits,
-        window=kv_window,
-        page_tokens=kv_page,
-        max_context=max_context,
-        sink_tokens=sink_tokens,
-    )
-    opt.force_isa(isa)
+    given_sampling, kv_dict = flags.sampling_given, flags.kv
+    sampling = flags.sampling
+    opt.force_isa(flags.isa)
     saved: Transcript | None = None
     path: Path | None = None
     lease: Lease | None = None

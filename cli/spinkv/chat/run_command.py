@@ -52,6 +52,7 @@ def kv_cache_record(session: Any, identity_extra: dict[str, str]) -> dict[str, s
     return {key: str(identity[key]) for key in ("bit_allocation", "recent_window", "page_size")}
 
 
+@opt.with_generation_flags
 def run(
     prompt: PromptArgument = None,
     model: opt.ModelOption = None,
@@ -62,21 +63,6 @@ def run(
         bool,
         typer.Option("--raw", help="Tokenize the prompt as is, without the chat template."),
     ] = False,
-    temperature: opt.TemperatureOption = None,
-    top_k: opt.TopKOption = None,
-    top_p: opt.TopPOption = None,
-    min_p: opt.MinPOption = None,
-    repeat_penalty: opt.RepeatPenaltyOption = None,
-    repeat_last_n: opt.RepeatLastNOption = None,
-    seed: opt.SeedOption = None,
-    kv: opt.KvPresetOption = None,
-    k_bits: opt.KBitsOption = None,
-    v_bits: opt.VBitsOption = None,
-    kv_window: opt.KvWindowOption = None,
-    kv_page: opt.KvPageOption = None,
-    max_context: opt.MaxContextOption = None,
-    sink_tokens: opt.SinkTokensOption = None,
-    isa: opt.RunIsaOption = None,
     prompt_cache: PromptCacheOption = None,
     json_output: Annotated[
         bool,
@@ -88,27 +74,11 @@ def run(
     ] = False,
     quiet: opt.QuietOption = False,
     verbose: opt.VerboseOption = False,
+    flags: opt.GenerationFlags = None,  # type: ignore[assignment]  # by with_generation_flags
 ) -> None:
     """Generate one reply to PROMPT (sampled like ollama by default; --temperature 0 is greedy)."""
-    sampling = opt.sampling_from_flags(
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        repeat_last_n=repeat_last_n,
-        seed=seed,
-    )
-    kv_dict = opt.kv_from_flags(
-        preset=kv,
-        k_bits=k_bits,
-        v_bits=v_bits,
-        window=kv_window,
-        page_tokens=kv_page,
-        max_context=max_context,
-        sink_tokens=sink_tokens,
-    )
-    opt.force_isa(isa)
+    sampling, kv_dict = flags.sampling, flags.kv
+    opt.force_isa(flags.isa)
     text = read_prompt(prompt)
 
     import spinkv.api as api

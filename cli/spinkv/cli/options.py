@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any, Optional
 
@@ -38,24 +42,29 @@ OUTPUT = "Output"
 
 DEFAULTS = CHAT_DEFAULTS
 
+
+def option(*flags: str, help: str, panel: str | None = None, **extra: Any) -> Any:
+    """A typer option whose default is never shown by typer (ours say their own)."""
+    return typer.Option(*flags, help=help, show_default=False, rich_help_panel=panel, **extra)
+
+
+def _default(value: object) -> str:
+    return f" [default: {value}]"
+
+
 ModelOption = Annotated[
     Optional[str],
-    typer.Option(
+    option(
         "--model",
         "-m",
         help="Model: a local HF directory, a name in the store, a .gguf file (imported into "
         "the store) or an HF repo id org/name (default: SmolLM2-135M-Instruct).",
-        show_default=False,
     ),
 ]
 SystemOption = Annotated[
     Optional[str],
-    typer.Option(
-        "--system",
-        "-s",
-        help="System prompt (default: the chat template's own).",
-        show_default=False,
-        rich_help_panel=GENERATION,
+    option(
+        "--system", "-s", help="System prompt (default: the chat template's own).", panel=GENERATION
     ),
 ]
 MaxTokensOption = Annotated[
@@ -66,146 +75,111 @@ MAX_THREADS = 1024
 
 ThreadsOption = Annotated[
     Optional[int],
-    typer.Option(
+    option(
         "--threads",
         "-t",
         help="Threads for matrix work, 1..1024 (default: all cores).",
-        show_default=False,
+        panel=GENERATION,
         min=1,
         max=MAX_THREADS,
-        rich_help_panel=GENERATION,
     ),
 ]
 TemperatureOption = Annotated[
     Optional[float],
-    typer.Option(
+    option(
         "--temperature",
-        help=f"0 is exact greedy decoding (the repetition penalty is then off unless given). "
-        f"[default: {DEFAULTS.temperature}]",
-        show_default=False,
-        rich_help_panel=SAMPLING,
+        help="0 is exact greedy decoding (the repetition penalty is then off unless given)."
+        + _default(DEFAULTS.temperature),
+        panel=SAMPLING,
     ),
 ]
 TopKOption = Annotated[
     Optional[int],
-    typer.Option(
+    option(
         "--top-k",
-        help=f"Keep the k likeliest tokens; 0 is off. [default: {DEFAULTS.top_k}]",
-        show_default=False,
-        rich_help_panel=SAMPLING,
+        help="Keep the k likeliest tokens; 0 is off." + _default(DEFAULTS.top_k),
+        panel=SAMPLING,
     ),
 ]
 TopPOption = Annotated[
     Optional[float],
-    typer.Option(
+    option(
         "--top-p",
-        help=f"Nucleus sampling mass in (0, 1]; 1 is off. [default: {DEFAULTS.top_p}]",
-        show_default=False,
-        rich_help_panel=SAMPLING,
+        help="Nucleus sampling mass in (0, 1]; 1 is off." + _default(DEFAULTS.top_p),
+        panel=SAMPLING,
     ),
 ]
 MinPOption = Annotated[
     Optional[float],
-    typer.Option(
+    option(
         "--min-p",
-        help=f"Drop tokens below min-p x the top probability; 0 is off. "
-        f"[default: {DEFAULTS.min_p}]",
-        show_default=False,
-        rich_help_panel=SAMPLING,
+        help="Drop tokens below min-p x the top probability; 0 is off." + _default(DEFAULTS.min_p),
+        panel=SAMPLING,
     ),
 ]
 RepeatPenaltyOption = Annotated[
     Optional[float],
-    typer.Option(
+    option(
         "--repeat-penalty",
-        help=f"Repetition penalty; 1 is off. [default: {DEFAULTS.repetition_penalty}]",
-        show_default=False,
-        rich_help_panel=SAMPLING,
+        help="Repetition penalty; 1 is off." + _default(DEFAULTS.repetition_penalty),
+        panel=SAMPLING,
     ),
 ]
 RepeatLastNOption = Annotated[
     Optional[int],
-    typer.Option(
+    option(
         "--repeat-last-n",
-        help=f"Recent tokens the repetition penalty sees. [default: {DEFAULTS.repeat_last_n}]",
-        show_default=False,
-        rich_help_panel=SAMPLING,
+        help="Recent tokens the repetition penalty sees." + _default(DEFAULTS.repeat_last_n),
+        panel=SAMPLING,
     ),
 ]
 SeedOption = Annotated[
     Optional[int],
-    typer.Option(
-        "--seed",
-        help="Random seed (sampling at temperature > 0).",
-        show_default=False,
-        rich_help_panel=SAMPLING,
-    ),
+    option("--seed", help="Random seed (sampling at temperature > 0).", panel=SAMPLING),
 ]
 KvPresetOption = Annotated[
     Optional[KvPreset],
-    typer.Option(
+    option(
         "--kv",
         help="KV cache preset: turbo (default: keys 3.5 bits, values 3 bits, 128 recent tokens "
         "in fp16), fp16, turbo-qjl, kivi2, kivi4.",
-        show_default=False,
-        rich_help_panel=KV_CACHE,
+        panel=KV_CACHE,
     ),
 ]
 KBitsOption = Annotated[
-    Optional[float],
-    typer.Option(
-        "--k-bits", help="Key bits per channel.", show_default=False, rich_help_panel=KV_CACHE
-    ),
+    Optional[float], option("--k-bits", help="Key bits per channel.", panel=KV_CACHE)
 ]
 VBitsOption = Annotated[
-    Optional[float],
-    typer.Option(
-        "--v-bits", help="Value bits per channel.", show_default=False, rich_help_panel=KV_CACHE
-    ),
+    Optional[float], option("--v-bits", help="Value bits per channel.", panel=KV_CACHE)
 ]
 KvWindowOption = Annotated[
-    Optional[int],
-    typer.Option(
-        "--kv-window",
-        help="Recent tokens kept in fp16.",
-        show_default=False,
-        rich_help_panel=KV_CACHE,
-    ),
+    Optional[int], option("--kv-window", help="Recent tokens kept in fp16.", panel=KV_CACHE)
 ]
 KvPageOption = Annotated[
-    Optional[int],
-    typer.Option(
-        "--kv-page", help="Tokens per cache page.", show_default=False, rich_help_panel=KV_CACHE
-    ),
+    Optional[int], option("--kv-page", help="Tokens per cache page.", panel=KV_CACHE)
 ]
 MaxContextOption = Annotated[
     Optional[int],
-    typer.Option(
+    option(
         "--max-context",
         help="Most tokens the KV cache holds (default: the model's context). In chat, a full "
         "cache slides: its oldest pages after the first are retired.",
-        show_default=False,
-        rich_help_panel=KV_CACHE,
+        panel=KV_CACHE,
     ),
 ]
 SinkTokensOption = Annotated[
     Optional[int],
-    typer.Option(
+    option(
         "--sink-tokens",
         help="Leading tokens kept in fp16 for the life of the cache (attention sinks).",
-        show_default=False,
-        rich_help_panel=KV_CACHE,
+        panel=KV_CACHE,
     ),
 ]
-RunIsaOption = Annotated[
-    Optional[IsaName],
-    typer.Option(
-        "--isa",
-        help="Force an instruction set: scalar, avx2, avx512, neon (default: the best the CPU "
-        "has; SPINKV_ISA does the same).",
-        show_default=False,
-    ),
-]
+ISA_HELP = (
+    "Force an instruction set: scalar, avx2, avx512, neon (default: the best the CPU has; "
+    "SPINKV_ISA does the same)."
+)
+RunIsaOption = Annotated[Optional[IsaName], option("--isa", help=ISA_HELP)]
 QuietOption = Annotated[
     bool,
     typer.Option(
@@ -220,56 +194,83 @@ VerboseOption = Annotated[
 ]
 
 
-def sampling_flags(
-    *,
-    temperature: float | None,
-    top_k: int | None,
-    top_p: float | None,
-    min_p: float | None,
-    repeat_penalty: float | None,
-    repeat_last_n: int | None,
-    seed: int | None,
-) -> dict[str, Any]:
-    """The sampling settings given on the command line (SamplingParams field names; flags
-    not given are left out)."""
-    given = {
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "min_p": min_p,
-        "repetition_penalty": repeat_penalty,
-        "repeat_last_n": repeat_last_n,
-        "seed": seed,
-    }
-    return {key: value for key, value in given.items() if value is not None}
+SAMPLING_FLAGS: dict[str, tuple[str, Any]] = {
+    # parameter name: (SamplingParams field, option type)
+    "temperature": ("temperature", TemperatureOption),
+    "top_k": ("top_k", TopKOption),
+    "top_p": ("top_p", TopPOption),
+    "min_p": ("min_p", MinPOption),
+    "repeat_penalty": ("repetition_penalty", RepeatPenaltyOption),
+    "repeat_last_n": ("repeat_last_n", RepeatLastNOption),
+    "seed": ("seed", SeedOption),
+}
+KV_FLAGS: dict[str, tuple[str, Any]] = {
+    # parameter name: (kv_options keyword, option type)
+    "kv": ("preset", KvPresetOption),
+    "k_bits": ("k_bits", KBitsOption),
+    "v_bits": ("v_bits", VBitsOption),
+    "kv_window": ("window", KvWindowOption),
+    "kv_page": ("page_tokens", KvPageOption),
+    "max_context": ("max_context", MaxContextOption),
+    "sink_tokens": ("sink_tokens", SinkTokensOption),
+}
 
 
-def sampling_from_flags(**flags: Any) -> SamplingParams:
-    """Validated sampling settings: the chat defaults overridden by the flags given; raises
-    InvalidInputError naming a bad value."""
-    return sampling_with(sampling_flags(**flags))
+@dataclass(frozen=True)
+class GenerationFlags:
+    """The sampling, KV cache and --isa flags that run and chat share, as given."""
 
-
-def kv_from_flags(
-    *,
-    preset: KvPreset | str | None,
-    k_bits: float | None,
-    v_bits: float | None,
-    window: int | None,
-    page_tokens: int | None,
-    max_context: int | None = None,
-    sink_tokens: int | None = None,
-) -> dict[str, Any] | None:
+    sampling_given: dict[str, Any]
+    """The sampling flags given, by SamplingParams field name (flags not given left out)."""
+    kv: dict[str, Any] | None
     """The `kv` dict for Model.session(); the runtime validates the values."""
-    return kv_options(
-        choice_value(preset),
-        k_bits=k_bits,
-        v_bits=v_bits,
-        window=window,
-        page_tokens=page_tokens,
-        max_context=max_context,
-        sink_tokens=sink_tokens,
-    )
+    isa: IsaName | str | None
+
+    @property
+    def sampling(self) -> SamplingParams:
+        """Validated sampling settings: the chat defaults overridden by the flags given;
+        raises InvalidInputError naming a bad value."""
+        return sampling_with(self.sampling_given)
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> GenerationFlags:
+        sampling = {
+            field: values[name]
+            for name, (field, _) in SAMPLING_FLAGS.items()
+            if values[name] is not None
+        }
+        kv = {keyword: values[name] for name, (keyword, _) in KV_FLAGS.items()}
+        preset = choice_value(kv.pop("preset"))
+        return cls(sampling, kv_options(preset, **kv), values["isa"])
+
+
+def with_generation_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the shared generation flags: they are added to its signature (after
+    its own parameters) and reach it as one `flags: GenerationFlags` argument."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values()]
+    if [p.name for p in own].count("flags") != 1:
+        raise TypeError(f"{command.__name__} needs a `flags` parameter")
+    shared = {
+        **{name: kind for name, (_, kind) in SAMPLING_FLAGS.items()},
+        **{name: kind for name, (_, kind) in KV_FLAGS.items()},
+        "isa": RunIsaOption,
+    }
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in shared.items()
+    ]
+    kept = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "flags"]
+
+    @functools.wraps(command)
+    def with_flags(**values: Any) -> None:
+        given = {name: values.pop(name) for name in shared}
+        command(flags=GenerationFlags.from_values(given), **values)
+
+    parameters = kept + added
+    with_flags.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    with_flags.__annotations__ = {p.name: p.annotation for p in parameters}
+    del with_flags.__wrapped__  # type: ignore[attr-defined]
+    return with_flags
 
 
 def force_isa(isa: IsaName | str | None) -> None:

@@ -19,7 +19,7 @@ from spinkv.cli import options as opt
 from spinkv.cli.render import format_bytes, print_note, stdout
 from spinkv.errors import InvalidInputError
 from spinkv.generation import PREFILL_BLOCK_TOKENS
-from spinkv.kv.options import DEFAULT_KV_PRESET
+from spinkv.kv.options import DEFAULT_KV_PRESET, kv_options
 from spinkv.util.system import peak_rss_bytes
 
 DEFAULT_TEXT = Path("/usr/share/common-licenses/GPL-3")
@@ -187,11 +187,14 @@ def stats_command(
     """Prefill real text into a session and show where its KV cache bytes go."""
     if tokens < 1:
         raise InvalidInputError(f"--tokens {tokens} must be at least 1")
-    kv_dict = opt.kv_from_flags(
-        preset=kv, k_bits=k_bits, v_bits=v_bits, window=kv_window, page_tokens=kv_page
+    kv_dict = kv_options(
+        opt.choice_value(kv),
+        k_bits=k_bits,
+        v_bits=v_bits,
+        window=kv_window,
+        page_tokens=kv_page,
+        sink_tokens=sink_tokens,
     )
-    if sink_tokens is not None:
-        kv_dict = {**(kv_dict or {}), "sink_tokens": sink_tokens}
 
     import spinkv.api as api
 
