@@ -224,15 +224,12 @@ def test_logits_shape_and_causality(tiny: LoadedModel) -> None:
     np.testing.assert_allclose(head, logits[:4], atol=1e-4)
 
 
-def test_logits_in_chunks_equal_one_pass(
-    tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import spinkv.api
-
+def test_logits_in_pieces_equal_one_pass(tiny: LoadedModel) -> None:
     ids = tiny.tokenize("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 2)
     whole = tiny.logits(ids)
-    monkeypatch.setattr(spinkv.api, "PREFILL_BLOCK_TOKENS", 5)
-    np.testing.assert_allclose(tiny.logits(ids), whole, atol=1e-4)
+    session = tiny.session()
+    pieces = [session.prefill(ids[lo : lo + 5], True) for lo in range(0, len(ids), 5)]
+    np.testing.assert_allclose(np.concatenate(pieces, axis=0), whole, atol=1e-4)
 
 
 def test_logits_refuse_bad_token_ids(tiny: LoadedModel) -> None:

@@ -34,11 +34,9 @@ from spinkv.errors import (
     UnsupportedError,
 )
 from spinkv.generation import (
-    PREFILL_BLOCK_TOKENS,
     GenerationResult,
     TextStream,
     TurnSpec,
-    chunked,
 )
 from spinkv.kv.options import DEFAULT_KV_PRESET, KvSpec, kv_dict
 from spinkv.sampling import SamplingParams
@@ -234,11 +232,10 @@ class LoadedModel:
         return ChatSession(self, system=system, kv=kv, sampling=sampling, max_tokens=max_tokens)
 
     def logits(self, token_ids: Sequence[int], *, kv: KvSpec = None) -> np.ndarray:
-        """Logits after every position of token_ids: float32 array [T, vocab]."""
-        ids = self._checked_token_ids(token_ids, self.context_limit(kv))
-        session = self.session(kv)
-        rows = [session.prefill(chunk, True) for chunk in chunked(ids, PREFILL_BLOCK_TOKENS)]
-        return np.concatenate([np.asarray(r, dtype=np.float32) for r in rows], axis=0)
+        """Logits after every position of token_ids: float32 array [T, vocab]. The runtime
+        checks the ids (InvalidInputError) and the context (ContextOverflowError)."""
+        logits = self.session(kv).prefill(token_ids, True)
+        return np.asarray(logits, dtype=np.float32)
 
     # ---- helpers shared with ChatSession ---------------------------------------------
 
@@ -270,19 +267,6 @@ class LoadedModel:
             timings=timings,
             slide=slide,
         )
-
-    def _checked_token_ids(self, token_ids: Sequence[int], limit: int) -> list[int]:
-        ids = [int(t) for t in token_ids]
-        if not ids:
-            raise InvalidInputError("no token ids given")
-        bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise InvalidInputError(
-                f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})"
-            )
-        if len(ids) > limit:
-            raise InvalidInputError(f"{len(ids)} tokens do not fit the context of {limit}")
-        return ids
 
 
 @dataclass
