@@ -48,10 +48,14 @@ def option(*flags: str, help: str, panel: str | None = None, **extra: Any) -> An
     return typer.Option(*flags, help=help, show_default=False, rich_help_panel=panel, **extra)
 
 
-def _default(value: object) -> str:
-    return f" [default: {value}]"
+def command_group(help: str) -> typer.Typer:
+    """A `spinkv NOUN ...` group of subcommands."""
+    return typer.Typer(
+        help=help, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]}
+    )
 
 
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ModelOption = Annotated[
     Optional[str],
     option(
@@ -84,53 +88,45 @@ ThreadsOption = Annotated[
         max=MAX_THREADS,
     ),
 ]
+
+
+def _sampling_option(flag: str, text: str, default: object) -> Any:
+    # The parameter's default is None (flag not given); help shows the sampler's default.
+    return typer.Option(flag, help=text, show_default=str(default), rich_help_panel=SAMPLING)
+
+
 TemperatureOption = Annotated[
     Optional[float],
-    option(
+    _sampling_option(
         "--temperature",
-        help="0 is exact greedy decoding (the repetition penalty is then off unless given)."
-        + _default(DEFAULTS.temperature),
-        panel=SAMPLING,
+        "0 is exact greedy decoding (the repetition penalty is then off unless given).",
+        DEFAULTS.temperature,
     ),
 ]
 TopKOption = Annotated[
     Optional[int],
-    option(
-        "--top-k",
-        help="Keep the k likeliest tokens; 0 is off." + _default(DEFAULTS.top_k),
-        panel=SAMPLING,
-    ),
+    _sampling_option("--top-k", "Keep the k likeliest tokens; 0 is off.", DEFAULTS.top_k),
 ]
 TopPOption = Annotated[
     Optional[float],
-    option(
-        "--top-p",
-        help="Nucleus sampling mass in (0, 1]; 1 is off." + _default(DEFAULTS.top_p),
-        panel=SAMPLING,
-    ),
+    _sampling_option("--top-p", "Nucleus sampling mass in (0, 1]; 1 is off.", DEFAULTS.top_p),
 ]
 MinPOption = Annotated[
     Optional[float],
-    option(
-        "--min-p",
-        help="Drop tokens below min-p x the top probability; 0 is off." + _default(DEFAULTS.min_p),
-        panel=SAMPLING,
+    _sampling_option(
+        "--min-p", "Drop tokens below min-p x the top probability; 0 is off.", DEFAULTS.min_p
     ),
 ]
 RepeatPenaltyOption = Annotated[
     Optional[float],
-    option(
-        "--repeat-penalty",
-        help="Repetition penalty; 1 is off." + _default(DEFAULTS.repetition_penalty),
-        panel=SAMPLING,
+    _sampling_option(
+        "--repeat-penalty", "Repetition penalty; 1 is off.", DEFAULTS.repetition_penalty
     ),
 ]
 RepeatLastNOption = Annotated[
     Optional[int],
-    option(
-        "--repeat-last-n",
-        help="Recent tokens the repetition penalty sees." + _default(DEFAULTS.repeat_last_n),
-        panel=SAMPLING,
+    _sampling_option(
+        "--repeat-last-n", "Recent tokens the repetition penalty sees.", DEFAULTS.repeat_last_n
     ),
 ]
 SeedOption = Annotated[

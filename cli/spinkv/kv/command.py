@@ -41,11 +41,7 @@ COLUMNS = (
     ("compression_vs_fp16", "× vs fp16"),
 )
 
-app = typer.Typer(
-    help="Inspect the KV cache.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = opt.command_group("Inspect the KV cache.")
 
 
 def layer_pages(stats: Mapping[str, Any], layer: Mapping[str, Any]) -> tuple[int, int]:

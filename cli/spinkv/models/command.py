@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
+from spinkv.cli import options as opt
 from spinkv.cli.render import (
     format_bytes,
     format_count,
@@ -19,11 +20,7 @@ from spinkv.cli.render import (
     stdout,
 )
 
-app = typer.Typer(
-    help="Pull, import, list and inspect models.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = opt.command_group("Pull, import, list and inspect models.")
 
 
 class WeightDtype(str, Enum):
@@ -31,7 +28,6 @@ class WeightDtype(str, Enum):
     bf16 = "bf16"
 
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 StoreNameOption = Annotated[
     Optional[str],
     typer.Option("--name", help="Name in the store (default: from the file).", show_default=False),
@@ -63,7 +59,7 @@ def import_gguf(
 
 
 @app.command("list")
-def list_models(json_output: JsonOption = False) -> None:
+def list_models(json_output: opt.JsonOption = False) -> None:
     """The models in the store."""
     from spinkv.models.store import list_models as stored_models
 
@@ -80,7 +76,7 @@ def list_models(json_output: JsonOption = False) -> None:
 @app.command("info")
 def info(
     name: Annotated[str, typer.Argument(help="A store name, a local directory or an HF repo id.")],
-    json_output: JsonOption = False,
+    json_output: opt.JsonOption = False,
 ) -> None:
     """Details of one model."""
     from spinkv.models.store import model_info, resolve_model

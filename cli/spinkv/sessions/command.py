@@ -13,13 +13,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from spinkv.cli import options as opt
 from spinkv.cli.render import format_bytes, key_value_table, print_note, stdout
 
-app = typer.Typer(
-    help="List, inspect, export and delete saved chat sessions.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = opt.command_group("List, inspect, export and delete saved chat sessions.")
 
 
 class ExportFormat(str, Enum):
@@ -28,7 +25,6 @@ class ExportFormat(str, Enum):
     json = "json"
 
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 OutputOption = Annotated[
     Optional[Path],
     typer.Option("--output", "-o", help="Write to a file instead of stdout.", show_default=False),
@@ -37,7 +33,7 @@ NameArgument = Annotated[str, typer.Argument(help="A session name (see `spinkv s
 
 
 @app.command("list")
-def list_sessions(json_output: JsonOption = False) -> None:
+def list_sessions(json_output: opt.JsonOption = False) -> None:
     """Saved sessions: model, KV preset, turns, tokens, size on disk, last used."""
     from spinkv.sessions.store import list_sessions as stored
     from spinkv.sessions.store import sessions_dir
@@ -53,7 +49,7 @@ def list_sessions(json_output: JsonOption = False) -> None:
 
 
 @app.command("show")
-def show(name: NameArgument, json_output: JsonOption = False) -> None:
+def show(name: NameArgument, json_output: opt.JsonOption = False) -> None:
     """One session: its conversation facts, cache identity record and integrity."""
     from spinkv.sessions.store import show_session
 
