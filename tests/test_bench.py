@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from spinkv.bench import cases as bm
 from spinkv.cli.app import run_cli
+from spinkv.errors import InvalidInputError
 from spinkv.eval.arms import KvArm
 
 FAST = ["-p", "8", "-n", "4", "-r", "1"]
@@ -223,6 +224,24 @@ def test_ratios_match_depth_prompt_and_gen() -> None:
     assert ratio["fill_tok_s_ratio"] is None
 
 
+def test_ratios_take_llama_cpp_at_its_best_f16_configuration_per_metric() -> None:
+    fa_off = {**_row("llama.cpp", 8, 10.0, 4.0), "kv": "f16 fa-off"}
+    fa_on = {**_row("llama.cpp", 8, 20.0, 2.0), "kv": "f16 fa-on"}
+    q4 = {**_row("llama.cpp", 8, 100.0, 100.0), "kv": "q4_0 fa-on"}  # not an anchor
+    (ratio,) = bm.ratios([_row("spinkv", 8, 40.0, 8.0), fa_off, fa_on, q4])
+    assert ratio["pp_tok_s_ratio"] == 2.0 and ratio["pp_tok_s_reference"] == "f16 fa-on"
+    assert ratio["tg_tok_s_ratio"] == 2.0 and ratio["tg_tok_s_reference"] == "f16 fa-off"
+
+
+def test_llama_cpp_configurations() -> None:
+    from spinkv.bench.llamacpp import configs_for, parse_kv_types
+
+    labels = [c.label for c in configs_for(parse_kv_types("f16,q8_0"))]
+    assert labels == ["f16 fa-off", "f16 fa-on", "q8_0 fa-on"]
+    with pytest.raises(InvalidInputError, match="--llama-kv q3"):
+        parse_kv_types("f16,q3")
+
+
 # ---- bad values -------------------------------------------------------------------------------
 
 
@@ -334,15 +353,19 @@ def test_compare_llama_cpp_prints_ratios(
     one_thread: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    args = [*FAST, "-t", "1", "-d", "0,8", "--compare-llama-cpp", "-f", "json"]
-    code, out, _ = bench(capsys, "-m", tiny, *args)
+    args = [*FAST, "-t", "1", "-d", "0,8", "--compare-llama-cpp", "--llama-kv", "f16,q8_0"]
+    code, out, _ = bench(capsys, "-m", tiny, *args, "-f", "json")
     assert code == 0
     record = json.loads(out)
-    engines = [(r["engine"], r["depth"]) for r in record["rows"]]
-    assert engines == [("spinkv", 0), ("spinkv", 8), ("llama.cpp", 0), ("llama.cpp", 8)]
+    engines = [(r["engine"], r["kv"], r["depth"]) for r in record["rows"]]
+    assert engines[:2] == [("spinkv", "turbo", 0), ("spinkv", "turbo", 8)]
+    theirs = sorted(engines[2:])
+    configs = ["f16 fa-off", "f16 fa-on", "q8_0 fa-on"]
+    assert theirs == sorted(("llama.cpp", kv, d) for kv in configs for d in (0, 8))
     assert [r["depth"] for r in record["ratios"]] == [0, 8]
     for ratio in record["ratios"]:
         assert ratio["tg_tok_s_ratio"] > 0 and ratio["pp_tok_s_ratio"] > 0
+        assert ratio["tg_tok_s_reference"] in ("f16 fa-off", "f16 fa-on")
         # same weights, same f16 cache: the greedy tokens agree (ties aside, all of them)
         assert ratio["greedy_tokens"] == 4 and ratio["same_greedy_tokens"] >= 1
     assert "llama-cpp-python" in record["system"]["llama_cpp"]

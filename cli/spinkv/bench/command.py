@@ -82,10 +82,19 @@ def bench_command(
         typer.Option(
             "--compare-llama-cpp",
             help="Also run llama.cpp (llama-cpp-python) on the same model and depths, and "
-            "print ours / llama.cpp.",
+            "print ours / llama.cpp at its best per depth (f16 KV, flash attention off or on).",
             rich_help_panel=BENCH,
         ),
     ] = False,
+    llama_kv: Annotated[
+        str,
+        typer.Option(
+            "--llama-kv",
+            help="llama.cpp KV cache types to measure with --compare-llama-cpp: f16 (flash "
+            "attention off and on), q8_0, q4_0 (flash attention on).",
+            rich_help_panel=BENCH,
+        ),
+    ] = "f16,q8_0,q4_0",
     kernels: Annotated[
         bool,
         typer.Option(
@@ -120,9 +129,11 @@ def bench_command(
         settings = _with_isas(settings, native_isas)
     settings = _with_isas(settings, bench_run.check_isas(settings.isas))
     settings.validate()
+    llama_kv_types: tuple[str, ...] = ()
     if compare_llama_cpp:
-        from spinkv.bench.llamacpp import require_llama_cpp
+        from spinkv.bench.llamacpp import parse_kv_types, require_llama_cpp
 
+        llama_kv_types = parse_kv_types(llama_kv)
         require_llama_cpp()
 
     import spinkv.api as api
@@ -138,7 +149,7 @@ def bench_command(
         t=threads,
         kv=kv,
         kernels=kernels,
-        llama=compare_llama_cpp,
+        llama=",".join(llama_kv_types) if compare_llama_cpp else None,
     )
     with progress_bar(stderr) as progress:
         if kernels:
@@ -160,6 +171,7 @@ def bench_command(
                 progress,
                 command=command,
                 compare_llama_cpp=compare_llama_cpp,
+                llama_kv=llama_kv_types,
                 on_row=_print_jsonl if output == "jsonl" else None,
             )
             columns = None
@@ -177,7 +189,7 @@ def _command_line(
     t: int | None,
     kv: str,
     kernels: bool,
-    llama: bool,
+    llama: str | None,
 ) -> str:
     """The run as a command line (for the report header), options in a fixed order."""
     parts = ["spinkv", "bench"]
@@ -187,7 +199,7 @@ def _command_line(
     parts += ["-r", str(r), "--isa", isa]
     parts += (["-t", str(t)] if t else []) + ["--kv", kv] + (["-m", model] if model else [])
     if llama:
-        parts.append("--compare-llama-cpp")
+        parts += ["--compare-llama-cpp", "--llama-kv", llama]
     return " ".join(shlex.quote(part) for part in parts)
 
 

@@ -1,13 +1,17 @@
 """llama.cpp (through llama-cpp-python) as a `spinkv bench` engine, for side-by-side runs.
 
 It runs the same model (our HF-layout directory written as an F16 GGUF, cached in the store)
-on the same token ids, with the same protocol as ours: f16 KV cache, flash attention, batches
-of 512, greedy decoding on the logits of the last token, 2 threads unless -t says otherwise.
+on the same token ids, with the same protocol as ours: batches of 512, greedy decoding on the
+logits of the last token, the same threads. llama.cpp is measured at its best: an f16 KV cache
+with flash attention off and on (on some x86 CPUs its flash-attention decode is 2-4x slower,
+on others faster), and its quantized q8_0 / q4_0 caches (which need flash attention). The
+anchor at each depth is the faster f16 configuration (`best_reference`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,6 +22,50 @@ from spinkv.errors import UnsupportedError
 
 INSTALL_HINT = "pip install llama-cpp-python"
 N_BATCH = 512
+KV_TYPES = ("f16", "q8_0", "q4_0")
+"""llama.cpp KV cache types `--llama-kv` accepts."""
+DEFAULT_KV_TYPES = KV_TYPES
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """One llama.cpp configuration: its KV cache type and flash attention."""
+
+    kv_type: str
+    flash_attention: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.kv_type} fa-{'on' if self.flash_attention else 'off'}"
+
+    @property
+    def is_anchor(self) -> bool:
+        """f16-KV configurations are the anchor (a quantized cache trades quality)."""
+        return self.kv_type == "f16"
+
+
+def configs_for(kv_types: Sequence[str]) -> list[LlamaConfig]:
+    """The configurations to measure: f16 with flash attention off and on, quantized caches
+    with it on (llama.cpp needs flash attention for a quantized V cache)."""
+    configs = []
+    for kv_type in kv_types:
+        if kv_type == "f16":
+            configs.append(LlamaConfig("f16", False))
+        configs.append(LlamaConfig(kv_type, True))
+    return configs
+
+
+def parse_kv_types(value: str) -> tuple[str, ...]:
+    from spinkv.bench.cases import parse_name_list
+    from spinkv.errors import InvalidInputError
+
+    names = parse_name_list(value, "--llama-kv")
+    unknown = [name for name in names if name not in KV_TYPES]
+    if unknown:
+        raise InvalidInputError(
+            f"--llama-kv {','.join(unknown)}: choose from {', '.join(KV_TYPES)}"
+        )
+    return names
 
 
 def require_llama_cpp() -> ModuleType:
@@ -32,9 +80,10 @@ def require_llama_cpp() -> ModuleType:
     return llama_cpp
 
 
-def describe(llama_cpp: ModuleType) -> str:
+def describe(llama_cpp: ModuleType, configs: Sequence[LlamaConfig]) -> str:
     version = getattr(llama_cpp, "__version__", "?")
-    return f"llama-cpp-python {version}, F16 weights, f16 KV cache, flash attention"
+    labels = ", ".join(config.label for config in configs)
+    return f"llama-cpp-python {version}, F16 weights, KV cache and flash attention: {labels}"
 
 
 def gguf_for(model_dir: Path) -> Path:
@@ -46,13 +95,22 @@ def gguf_for(model_dir: Path) -> Path:
 
 
 class LlamaCppEngine:
-    """Engine over llama_cpp.Llama; new_context() clears the cache (the KV arm is ignored:
-    llama.cpp always runs with an f16 cache here)."""
+    """Engine over llama_cpp.Llama in one configuration; new_context() clears the cache (the
+    KV arm is ignored: the configuration fixes llama.cpp's cache)."""
 
     name = "llama.cpp"
 
-    def __init__(self, gguf_path: Path, *, n_ctx: int, threads: int) -> None:
+    def __init__(
+        self,
+        gguf_path: Path,
+        *,
+        n_ctx: int,
+        threads: int,
+        config: LlamaConfig = LlamaConfig("f16", True),
+    ) -> None:
         llama_cpp = require_llama_cpp()
+        self.config = config
+        cache_type = getattr(llama_cpp, f"GGML_TYPE_{config.kv_type.upper()}")
         self._llm = llama_cpp.Llama(
             str(gguf_path),
             n_ctx=n_ctx,
@@ -60,9 +118,9 @@ class LlamaCppEngine:
             n_ubatch=N_BATCH,
             n_threads=threads,
             n_threads_batch=threads,
-            type_k=llama_cpp.GGML_TYPE_F16,
-            type_v=llama_cpp.GGML_TYPE_F16,
-            flash_attn=True,
+            type_k=cache_type,
+            type_v=cache_type,
+            flash_attn=config.flash_attention,
             verbose=False,
         )
         self._n_vocab = int(self._llm.n_vocab())

@@ -17,7 +17,6 @@ from spinkv.errors import InvalidInputError
 from spinkv.util.progress import Steps
 
 LLAMA_ISA = "native"
-LLAMA_KV = "f16"
 
 
 def check_isas(names: Sequence[str]) -> tuple[str, ...]:
@@ -60,10 +59,11 @@ def check_context(cases: Sequence[bm.Case], max_context: int) -> None:
             )
 
 
-def _llama_cases(cases: Sequence[bm.Case]) -> dict[int, list[bm.Case]]:
-    """One llama.cpp case per distinct (depth, p, n), grouped by depth."""
+def _llama_cases(cases: Sequence[bm.Case], label: str) -> dict[int, list[bm.Case]]:
+    """One llama.cpp case per distinct (depth, p, n) for the configuration `label`, grouped
+    by depth."""
     by_depth: dict[int, list[bm.Case]] = {}
-    arm = bm.KvArm(LLAMA_KV, {})
+    arm = bm.KvArm(label, {})
     for case in cases:
         twin = bm.Case(LLAMA_ISA, arm, case.depth, case.n_prompt, case.n_gen)
         group = by_depth.setdefault(case.depth, [])
@@ -79,11 +79,13 @@ def run_benchmark(
     *,
     command: str,
     compare_llama_cpp: bool = False,
+    llama_kv: Sequence[str] = (),
     on_row: Callable[[Mapping[str, Any], Mapping[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every case (and llama.cpp's twins, each depth right after ours) and return the
-    record: system header, settings, rows, ratios, notes. on_row(row, system) is called as
-    each row completes (to stream results of long runs)."""
+    """Run every case (and llama.cpp's twins in each configuration of llama_kv's cache
+    types, each depth right after ours) and return the record: system header, settings,
+    rows, ratios, notes. on_row(row, system) is called as each row completes (to stream
+    results of long runs)."""
     from spinkv import _native
     from spinkv.bench.report import system_info
 
@@ -91,19 +93,22 @@ def run_benchmark(
     check_context(cases, int(loaded.config["max_context"]))
     system = system_info(loaded, isas=settings.isas, command=command)
     engine = bm.SpinkvEngine(loaded.native)
-    llama = None
-    llama_cases = _llama_cases(cases) if compare_llama_cpp else {}
+    llamas: list[tuple[Any, dict[int, list[bm.Case]]]] = []
     if compare_llama_cpp:
         from spinkv.bench import llamacpp
 
         module = llamacpp.require_llama_cpp()
-        system["llama_cpp"] = llamacpp.describe(module)
+        configs = llamacpp.configs_for(llama_kv or llamacpp.DEFAULT_KV_TYPES)
+        system["llama_cpp"] = llamacpp.describe(module, configs)
         progress.start("converting the model to an F16 GGUF for llama.cpp", 1)
         path = llamacpp.gguf_for(loaded.path)
         progress.advance()
         n_ctx = max(case.max_tokens for case in cases)
-        llama = llamacpp.LlamaCppEngine(path, n_ctx=n_ctx, threads=_native.threads())
-    n_runs = len(cases) + sum(len(group) for group in llama_cases.values())
+        for config in configs:
+            engine_args = {"n_ctx": n_ctx, "threads": _native.threads(), "config": config}
+            llama = llamacpp.LlamaCppEngine(path, **engine_args)
+            llamas.append((llama, _llama_cases(cases, config.label)))
+    n_runs = len(cases) + sum(len(g) for _, by_depth in llamas for g in by_depth.values())
     tokens = bm.text_tokens(
         loaded.tokenizer.encode,
         max(case.max_tokens for case in cases),
@@ -118,14 +123,14 @@ def run_benchmark(
             for depth in settings.depths:
                 ours = [case for case in cases if case.depth == depth]
                 runs = [bm.run_cases(engine, ours, *common, select_isa=_native.set_isa)]
-                if llama is not None:
-                    runs.append(bm.run_cases(llama, llama_cases.get(depth, []), *common))
+                for llama, by_depth in llamas:
+                    runs.append(bm.run_cases(llama, by_depth.get(depth, []), *common))
                 for row in itertools.chain(*runs):
                     rows.append(row)
                     if on_row is not None:
                         on_row(row, system)
     finally:
-        if llama is not None:
+        for llama, _ in llamas:
             llama.close()
     rows.sort(key=settings.row_order)
     system["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -133,7 +138,7 @@ def run_benchmark(
         "system": system,
         "settings": _settings_record(settings),
         "rows": rows,
-        "ratios": bm.ratios(rows) if llama is not None else [],
+        "ratios": bm.ratios(rows) if llamas else [],
         "notes": [BENCH_NOTES],
     }
 
