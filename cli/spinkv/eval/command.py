@@ -27,7 +27,7 @@ OnlyOption = Annotated[
     Optional[str],
     typer.Option(
         "--only",
-        help="Parts to run: kld,greedy,passkey.",
+        help="Parts to run: kld,greedy,passkey (with --suite: corpus,tasks).",
         show_default=False,
         rich_help_panel=EVAL,
     ),
@@ -36,7 +36,7 @@ PlotOption = Annotated[
     Optional[Path],
     typer.Option(
         "--plot",
-        help="Write KLD against depth as a PNG.",
+        help="Write KLD against depth as a PNG (with --suite: a directory of PNGs).",
         show_default=False,
         rich_help_panel=opt.OUTPUT,
     ),
@@ -70,6 +70,58 @@ def select_parts(only: str | None, *, kld: bool, greedy: bool, retrieval: bool) 
     return parts
 
 
+TokensOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--tokens",
+        "--n",
+        help=f"Tokens of text (BOS first) [default: {ev.DEFAULT_TOKENS}; with --suite the tier's].",
+        show_default=False,
+        rich_help_panel=EVAL,
+    ),
+]
+SeedOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--bootstrap-seed",
+        help=f"Seed of the bootstrap and the pass keys [default: {eval_stats.DEFAULT_SEED}; "
+        "with --suite the preregistered seed, which also picks the prompts].",
+        show_default=False,
+        rich_help_panel=EVAL,
+    ),
+]
+SuiteOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--suite",
+        help="Run the preregistered evaluation suite instead: quick (tests, CI) or full "
+        "(the resolving figures). Corpus KLD on real texts, task families, SHIP / NO-SHIP.",
+        show_default=False,
+        rich_help_panel=EVAL,
+    ),
+]
+PreregOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--prereg",
+        help="Preregistration file for --suite (default: the one shipped with spinkv).",
+        show_default=False,
+        rich_help_panel=EVAL,
+    ),
+]
+
+MergeOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--merge",
+        help="With --suite: combine the JSON records of runs of separate parts "
+        "(FILE,FILE) and decide again, without running the model.",
+        show_default=False,
+        rich_help_panel=EVAL,
+    ),
+]
+
+
 def eval_command(
     model: opt.ModelOption = None,
     threads: opt.ThreadsOption = None,
@@ -93,10 +145,7 @@ def eval_command(
             "--text", help="UTF-8 text for the teacher-forced part.", rich_help_panel=EVAL
         ),
     ] = ev.DEFAULT_TEXT,
-    n: Annotated[
-        int,
-        typer.Option("--tokens", "--n", help="Tokens of text (BOS first).", rich_help_panel=EVAL),
-    ] = ev.DEFAULT_TOKENS,
+    n: TokensOption = None,
     skip: Annotated[
         int,
         typer.Option("--skip", help="Positions left out of the summaries.", rich_help_panel=EVAL),
@@ -127,25 +176,20 @@ def eval_command(
     resamples: Annotated[
         int, typer.Option("--resamples", help="Bootstrap resamples.", rich_help_panel=EVAL)
     ] = eval_stats.DEFAULT_RESAMPLES,
-    seed: Annotated[
-        int,
-        typer.Option(
-            "--bootstrap-seed",
-            help="Seed of the bootstrap and the pass keys.",
-            rich_help_panel=EVAL,
-        ),
-    ] = eval_stats.DEFAULT_SEED,
+    seed: SeedOption = None,
     plot: PlotOption = None,
     json_output: Annotated[
         bool,
         typer.Option("--json", help="Print the full record as JSON.", rich_help_panel=opt.OUTPUT),
     ] = False,
+    suite: SuiteOption = None,
+    prereg: PreregOption = None,
+    merge: MergeOption = None,
 ) -> None:
     """Compare KV cache presets with the fp16 cache on real text.
 
     Teacher-forced KLD / top-1 / perplexity as decode sees it, greedy agreement on chat
-    prompts, passkey retrieval."""
-    parts = select_parts(only, kld=True, greedy=not no_greedy, retrieval=not no_passkey)
+    prompts, passkey retrieval; or, with --suite, the preregistered evaluation suite."""
     overrides = {
         "k_bits": k_bits,
         "v_bits": v_bits,
@@ -153,6 +197,28 @@ def eval_command(
         "page_tokens": kv_page,
         "sink_tokens": sink_tokens,
     }
+    if suite is not None:
+        from spinkv.eval.suite_command import run_suite
+
+        run_suite(
+            model=model,
+            threads=threads,
+            arms=parse_arms(kv, overrides),
+            tier=suite,
+            prereg=prereg,
+            only=only,
+            tokens=n,
+            seed=seed,
+            plot=plot,
+            json_output=json_output,
+            merge=merge,
+        )
+        return
+    if prereg is not None or merge is not None:
+        raise InvalidInputError("--prereg and --merge need --suite")
+    n = ev.DEFAULT_TOKENS if n is None else n
+    seed = eval_stats.DEFAULT_SEED if seed is None else seed
+    parts = select_parts(only, kld=True, greedy=not no_greedy, retrieval=not no_passkey)
     settings = ev.EvalSettings(
         arms=parse_arms(kv, overrides),
         text=text,

@@ -1,0 +1,86 @@
+"""`spinkv eval --suite TIER --merge A.json,B.json`: one record from suite runs made apart
+(parts side by side, or arms added later). Records must share the preregistration, tier,
+seed and model; a part measured by several records must be the same measurement (same texts
+or prompts, identical fp16 replies) and each arm appears once per part. The decision is
+made again over the merged record; an arm missing a part cannot SHIP."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spinkv.errors import InvalidInputError
+from spinkv.eval import suite as suite_mod
+from spinkv.eval.arms import KvArm
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any], keys: Sequence[str]) -> bool:
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def _merge_corpus(into: dict[str, Any], other: Mapping[str, Any]) -> None:
+    if not _same(into, other, ("tokens", "skip", "held_out")) or [
+        t["name"] for t in into["texts"]
+    ] != [t["name"] for t in other["texts"]]:
+        raise InvalidInputError("--merge: the corpus parts were measured on different texts")
+    for mine, theirs in zip(into["texts"], other["texts"]):
+        _add_arms(mine["arms"], theirs["arms"], "corpus")
+    _add_arms(into["pooled"], other["pooled"], "corpus")
+
+
+def _merge_tasks(into: dict[str, Any], other: Mapping[str, Any]) -> None:
+    keys = ("family", "index", "prompt_tokens", "fp16")
+    if into["decodings"] != other["decodings"] or len(into["prompts"]) != len(other["prompts"]):
+        raise InvalidInputError("--merge: the task parts ran different prompts or decodings")
+    for mine, theirs in zip(into["prompts"], other["prompts"]):
+        if not _same(mine, theirs, keys):
+            raise InvalidInputError(
+                f"--merge: {mine['family']} prompt {mine['index']} differs between the records "
+                "(prompt or fp16 replies)"
+            )
+        _add_arms(mine["arms"], theirs["arms"], "tasks")
+
+
+def _add_arms(into: dict[str, Any], other: Mapping[str, Any], part: str) -> None:
+    for label, value in other.items():
+        if label in into:
+            raise InvalidInputError(f"--merge: arm {label} has the {part} part twice")
+        into[label] = value
+
+
+def merge_records(
+    records: Sequence[Mapping[str, Any]], settings: suite_mod.SuiteSettings
+) -> dict[str, Any]:
+    pre = suite_mod.load_prereg(settings)
+    if not records:
+        raise InvalidInputError("--merge needs suite records")
+    first = records[0]
+    merged: dict[str, Any] = {**first, "arms": [], "corpus": None, "tasks": None, "seconds": {}}
+    for n, record in enumerate(records):
+        if record.get("schema") != suite_mod.SCHEMA:
+            raise InvalidInputError(f"--merge: record {n + 1} is not a {suite_mod.SCHEMA} record")
+        if record["preregistration"]["sha256"] != pre.sha256:
+            raise InvalidInputError(
+                f"--merge: record {n + 1} was made under another preregistration than {pre.path}"
+            )
+        for key in ("tier", "seed"):
+            if record.get(key) != first.get(key):
+                raise InvalidInputError(f"--merge: the records differ in {key}")
+        if record["model"].get("path") != first["model"].get("path"):
+            raise InvalidInputError("--merge: the records come from different models")
+        for arm in record["arms"]:
+            if arm not in merged["arms"]:
+                merged["arms"].append(arm)
+        for part, combine in (("corpus", _merge_corpus), ("tasks", _merge_tasks)):
+            if not record.get(part):
+                continue
+            if merged[part] is None:
+                merged[part] = copy.deepcopy(record[part])
+            else:
+                combine(merged[part], record[part])
+        for part, seconds in record.get("seconds", {}).items():
+            merged["seconds"][part] = round(merged["seconds"].get(part, 0.0) + seconds, 1)
+    arms = [KvArm(a["label"], a["kv"]) for a in merged["arms"]]
+    merged["summary"] = suite_mod.summarise(merged, pre, arms, int(first["seed"]))
+    return merged
