@@ -468,3 +468,37 @@ def test_merge_adds_an_arm_measured_later(
     later = merged["summary"]["kivi2:window=0"]
     assert "corpus.kld_mean" not in later["metrics"] and later["verdict"] != "SHIP"
     assert set(merged["tasks"]["prompts"][0]["arms"]) == {"turbo:window=0", "kivi2:window=0"}
+
+
+def test_families_run_apart_merge_into_the_whole(
+    tiny_model_dir: Path,
+    native: ModuleType,
+    need_texts: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("sacrebleu")
+    base = ["eval", "-m", str(tiny_model_dir), "--suite", "quick", "--kv", "turbo:window=0"]
+    base += ["--only", "tasks", "--json"]
+    halves = ("ordinary_chat,long_retrieval,source_conflict,current_turn", "code,boundary")
+    files = []
+    for families_arg in ("", *halves):
+        extra = ["--families", families_arg] if families_arg else []
+        assert run_cli([*base, *extra]) == 0
+        files.append(tmp_path / f"{len(files)}.json")
+        files[-1].write_text(capsys.readouterr().out)
+    half = json.loads(files[2].read_text())
+    assert {p["family"] for p in half["tasks"]["prompts"]} == {"code", "boundary"}
+    merge = f"{files[1]},{files[2]}"
+    assert run_cli(["eval", "--suite", "quick", "--merge", merge, "--json"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    whole = json.loads(files[0].read_text())
+    wanted = [p for p in whole["tasks"]["prompts"] if p["family"] not in half_missing()]
+    assert merged["tasks"]["prompts"] == wanted
+    assert run_cli([*base, "--families", "poetry"]) == 2
+    assert "unknown task family poetry" in capsys.readouterr().err
+
+
+def half_missing() -> set[str]:
+    """The families the two halves above leave out."""
+    return {"summarization", "repeated_topic"}

@@ -120,6 +120,16 @@ MergeOption = Annotated[
         rich_help_panel=EVAL,
     ),
 ]
+FamiliesOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--families",
+        help="With --suite: only these task families (comma separated; merge the records "
+        "of the others with --merge before deciding).",
+        show_default=False,
+        rich_help_panel=EVAL,
+    ),
+]
 
 
 def eval_command(
@@ -185,6 +195,7 @@ def eval_command(
     suite: SuiteOption = None,
     prereg: PreregOption = None,
     merge: MergeOption = None,
+    families: FamiliesOption = None,
 ) -> None:
     """Compare KV cache presets with the fp16 cache on real text.
 
@@ -212,10 +223,11 @@ def eval_command(
             plot=plot,
             json_output=json_output,
             merge=merge,
+            families=families,
         )
         return
-    if prereg is not None or merge is not None:
-        raise InvalidInputError("--prereg and --merge need --suite")
+    if prereg is not None or merge is not None or families is not None:
+        raise InvalidInputError("--prereg, --merge and --families need --suite")
     n = ev.DEFAULT_TOKENS if n is None else n
     seed = eval_stats.DEFAULT_SEED if seed is None else seed
     parts = select_parts(only, kld=True, greedy=not no_greedy, retrieval=not no_passkey)

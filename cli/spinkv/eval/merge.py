@@ -13,6 +13,7 @@ from typing import Any
 from spinkv.errors import InvalidInputError
 from spinkv.eval import suite as suite_mod
 from spinkv.eval.arms import KvArm
+from spinkv.eval.families import FAMILIES
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any], keys: Sequence[str]) -> bool:
@@ -29,10 +30,27 @@ def _merge_corpus(into: dict[str, Any], other: Mapping[str, Any]) -> None:
     _add_arms(into["pooled"], other["pooled"], "corpus")
 
 
+def _families(part: Mapping[str, Any]) -> set[str]:
+    return {p["family"] for p in part["prompts"]}
+
+
 def _merge_tasks(into: dict[str, Any], other: Mapping[str, Any]) -> None:
+    """Records of other families add their prompts; records of the same prompts add arms."""
     keys = ("family", "index", "prompt_tokens", "fp16")
-    if into["decodings"] != other["decodings"] or len(into["prompts"]) != len(other["prompts"]):
-        raise InvalidInputError("--merge: the task parts ran different prompts or decodings")
+    if into["decodings"] != other["decodings"]:
+        raise InvalidInputError("--merge: the task parts ran different decodings")
+    if not _families(into) & _families(other):
+        if {a for p in into["prompts"] for a in p["arms"]} != {
+            a for p in other["prompts"] for a in p["arms"]
+        }:
+            raise InvalidInputError("--merge: task parts of other families ran other arms")
+        into["prompts"] = sorted(
+            [*into["prompts"], *copy.deepcopy(other["prompts"])],
+            key=lambda p: (FAMILIES.index(p["family"]), p["index"]),
+        )
+        return
+    if len(into["prompts"]) != len(other["prompts"]):
+        raise InvalidInputError("--merge: the task parts ran different prompts")
     for mine, theirs in zip(into["prompts"], other["prompts"]):
         if not _same(mine, theirs, keys):
             raise InvalidInputError(

@@ -63,6 +63,8 @@ class SuiteSettings:
     """Overrides the tier's corpus_tokens (--tokens)."""
     seed: int | None = None
     """Overrides the preregistered bootstrap/permutation seed (--bootstrap-seed)."""
+    families: tuple[str, ...] = families.FAMILIES
+    """The task families to run (--families); the decision needs all of them."""
 
     def validate(self) -> None:
         unknown = [p for p in self.parts if p not in PARTS]
@@ -73,6 +75,12 @@ class SuiteSettings:
             )
         if not self.arms:
             raise InvalidInputError("the suite needs at least one KV arm besides fp16")
+        unknown_families = [f for f in self.families if f not in families.FAMILIES]
+        if unknown_families or not self.families:
+            raise InvalidInputError(
+                f"unknown task family {', '.join(unknown_families) or '(none)'}: choose from "
+                f"{', '.join(families.FAMILIES)}"
+            )
         if self.corpus_tokens is not None and self.corpus_tokens < 2:
             raise InvalidInputError(f"--tokens {self.corpus_tokens} must be at least 2")
 
@@ -234,7 +242,11 @@ def corpus_units(pooled: Mapping[str, Any]) -> list[verdict.Units]:
 
 
 def build_prompts(
-    model: LoadedModel, pre: prereg_mod.Preregistration, tier: prereg_mod.Tier, seed: int
+    model: LoadedModel,
+    pre: prereg_mod.Preregistration,
+    tier: prereg_mod.Tier,
+    seed: int,
+    only: Sequence[str] = families.FAMILIES,
 ) -> list[families.TaskPrompt]:
     builder = families.Builder(
         prompt_ids=lambda messages: model.prompt_token_ids(messages),  # type: ignore[arg-type]
@@ -248,6 +260,7 @@ def build_prompts(
         builder,
         tokenize=model.tokenize,
         detokenize=lambda ids: model.detokenize(ids, skip_special_tokens=False),
+        families=[f for f in families.FAMILIES if f in only],
     )
 
 
@@ -373,7 +386,11 @@ def evaluate_suite(
     if "tasks" in settings.parts:
         needed += families.SOURCE_TEXTS
     corpus.check_all(tuple(dict.fromkeys(needed)))
-    prompts = build_prompts(model, pre, tier, seed) if "tasks" in settings.parts else []
+    prompts = (
+        build_prompts(model, pre, tier, seed, settings.families)
+        if "tasks" in settings.parts
+        else []
+    )
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "model": {k: model.info.get(k) for k in MODEL_KEYS},

@@ -51,6 +51,7 @@ def run_suite(
     plot: Path | None,
     json_output: bool,
     merge: str | None = None,
+    families: str | None = None,
 ) -> None:
     settings = suite_mod.SuiteSettings(
         arms=arms,
@@ -60,6 +61,8 @@ def run_suite(
         corpus_tokens=tokens,
         seed=seed,
     )
+    if families:
+        settings.families = tuple(f.strip() for f in families.split(",") if f.strip())
     settings.validate()
     suite_mod.load_prereg(settings)  # a bad file or tier fails here, before the model loads
     if "tasks" in settings.parts:
