@@ -12,6 +12,8 @@ const decoder = new TextDecoder();
 const env = {
   log: (ptr, len) => console.log(decoder.decode(new Uint8Array(memory.buffer, ptr, len))),
   now: () => performance.now(),
+  // Used only by a module built with the runtime feature.
+  random_u32: () => crypto.getRandomValues(new Uint32Array(1))[0] | 0,
 };
 const { instance } = await WebAssembly.instantiate(readFileSync(file), { env });
 memory = instance.exports.memory;

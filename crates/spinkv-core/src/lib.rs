@@ -10,12 +10,14 @@
 //! - model inspection: [`inspect_model`] (the loader's own file rule and config parser);
 //! - the prefill block, [`PREFILL_BLOCK_TOKENS`], and the cache accounting invariants,
 //!   [`CacheStats::accounting_problems`];
-//! - the kernel benchmark on a chosen ISA ([`kernel_bench`]).
+//! - the kernel benchmark on a chosen ISA ([`kernel_bench`]);
+//! - a model held in memory (the browser build): its content hash from bytes ([`in_memory`]).
 //!
 //! File IO sits behind the default `fs` feature; without it the core works on bytes.
 
 mod error;
 pub mod identity;
+pub mod in_memory;
 mod kernel_bench;
 #[cfg(feature = "fs")]
 mod model_hash;
@@ -37,7 +39,9 @@ pub use spinkv_kv::{
 };
 pub use spinkv_model::{
     inspect as inspect_model, set_threads, threads, LlamaConfig, Model, ModelError,
-    ModelInspection, Sampler, SamplerParams, Session, WeightFile, MAX_THREADS,
+    ModelInspection, Sampler, SamplerParams, Session, WeightBytes, WeightFile, MAX_THREADS,
     PREFILL_BLOCK_TOKENS,
 };
+#[cfg(target_arch = "wasm32")]
+pub use spinkv_model::{set_host_hooks, HostHooks};
 pub use spinkv_session::{runtime_build, SessionFileError, SessionHeader, FORMAT_VERSION};

@@ -1,5 +1,6 @@
-//! spinkv-model: the Llama-family runtime — config, memory-mapped safetensors weights,
-//! batched prefill and single-token decode over a spinkv-kv cache, and the sampler.
+//! spinkv-model: the Llama-family runtime — config, memory-mapped safetensors weights (or bytes
+//! a host hands over: `Model::from_bytes`), batched prefill and single-token decode over a
+//! spinkv-kv cache, and the sampler. `platform` holds what differs on wasm32.
 
 mod config;
 mod error;
@@ -7,6 +8,7 @@ mod forward;
 mod inspect;
 mod model;
 mod parallel;
+mod platform;
 mod sampler;
 mod session;
 mod timings;
@@ -17,9 +19,12 @@ pub use error::ModelError;
 pub use inspect::{inspect, ModelInspection, WeightFile};
 pub use model::Model;
 pub use parallel::{set_threads, threads, MAX_THREADS};
+#[cfg(target_arch = "wasm32")]
+pub use platform::{set_host_hooks, HostHooks};
 pub use sampler::{Sampler, SamplerParams};
 pub use session::{Session, PREFILL_BLOCK_TOKENS};
 pub use timings::PhaseTimings;
+pub use weights::WeightBytes;
 
 pub use spinkv_kernels::WeightDtype;
 pub use spinkv_kv::{CacheStats, KvConfig, KvShape};

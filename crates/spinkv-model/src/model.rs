@@ -2,7 +2,7 @@
 
 use crate::config::LlamaConfig;
 use crate::error::ModelError;
-use crate::weights::Weights;
+use crate::weights::{WeightBytes, Weights};
 use spinkv_kernels::WeightDtype;
 use spinkv_kv::KvShape;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,7 @@ impl Model {
     /// Load an HF-layout directory: config.json plus model.safetensors or sharded
     /// model-*.safetensors with model.safetensors.index.json. Every tensor is checked for
     /// presence, dtype and shape before this returns.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn load(dir: &Path) -> Result<Arc<Model>, ModelError> {
         if !dir.is_dir() {
             return Err(ModelError::MissingDir(dir.to_path_buf()));
@@ -28,6 +29,31 @@ impl Model {
             config,
             weights,
             dir: dir.to_path_buf(),
+        }))
+    }
+
+    /// A model from bytes a host handed over (a browser has no files to map): config.json's
+    /// text and the safetensors files as `(name, bytes)`, one file or the shards in name order.
+    /// The same checks as [`Model::load`]; `origin` (e.g. the model's name) stands for the
+    /// directory in errors and in [`Model::dir`]. The buffers are used in place, not copied.
+    pub fn from_bytes(
+        origin: &str,
+        config_json: &str,
+        files: Vec<(String, WeightBytes)>,
+    ) -> Result<Arc<Model>, ModelError> {
+        let dir = PathBuf::from(origin);
+        let config = LlamaConfig::from_json(config_json).map_err(|err| match err {
+            ModelError::Config { reason, .. } => ModelError::Config {
+                path: dir.join("config.json"),
+                reason,
+            },
+            other => other,
+        })?;
+        let weights = Weights::from_bytes(&dir, files, &config)?;
+        Ok(Arc::new(Model {
+            config,
+            weights,
+            dir,
         }))
     }
 

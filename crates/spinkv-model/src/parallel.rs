@@ -3,73 +3,115 @@
 //! A forward pass runs inside `run_in_pool`, so the `par_iter`s below execute on pool threads
 //! without a cross-thread hand-off per matmul. Several matrices that read the same input (Q/K/V,
 //! gate/up) are split into one task list so one fork-join covers all of them.
+//!
+//! A wasm32 build without atomics has no threads: there the pool is the calling thread (rayon's
+//! global pool falls back to it, so the cache's `par_iter`s run in place), `set_threads` accepts
+//! only one thread, and the row tasks run in a plain loop (same tasks, same results).
 
 use rayon::prelude::*;
-use rayon::{ThreadPool, ThreadPoolBuilder};
 use spinkv_kernels::{matmul, matvec, WeightRef};
 use std::ops::Range;
-use std::sync::{Arc, RwLock};
 
-use crate::error::ModelError;
+#[cfg(not(target_arch = "wasm32"))]
+pub use pool::{set_threads, threads};
+#[cfg(target_arch = "wasm32")]
+pub use single::{set_threads, threads};
 
-static POOL: RwLock<Option<Arc<ThreadPool>>> = RwLock::new(None);
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use pool::run_in_pool;
+#[cfg(target_arch = "wasm32")]
+pub(crate) use single::run_in_pool;
 
 /// Most threads `set_threads` accepts. The kernels split rows into ~4 tasks per thread, so far
 /// more threads than cores only add fork-join and spin-wait overhead (1000 threads on 2 cores
 /// made a decode crawl); and asking the OS for billions of threads never returns.
 pub const MAX_THREADS: usize = 256;
 
-fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(MAX_THREADS)
-}
+#[cfg(not(target_arch = "wasm32"))]
+mod pool {
+    use rayon::{ThreadPool, ThreadPoolBuilder};
+    use std::sync::{Arc, RwLock};
 
-fn build_pool(n: usize) -> Result<Arc<ThreadPool>, ModelError> {
-    ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(|i| format!("spinkv-{i}"))
-        .build()
-        .map(Arc::new)
-        .map_err(|e| ModelError::Threads(format!("cannot start {n} worker threads: {e}")))
-}
+    use super::MAX_THREADS;
+    use crate::error::ModelError;
 
-fn pool() -> Result<Arc<ThreadPool>, ModelError> {
-    if let Some(pool) = POOL.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        return Ok(pool.clone());
+    static POOL: RwLock<Option<Arc<ThreadPool>>> = RwLock::new(None);
+
+    fn default_threads() -> usize {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(MAX_THREADS)
     }
-    let mut slot = POOL.write().unwrap_or_else(|e| e.into_inner());
-    if let Some(pool) = slot.as_ref() {
-        return Ok(pool.clone());
+
+    fn build_pool(n: usize) -> Result<Arc<ThreadPool>, ModelError> {
+        ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(|i| format!("spinkv-{i}"))
+            .build()
+            .map(Arc::new)
+            .map_err(|e| ModelError::Threads(format!("cannot start {n} worker threads: {e}")))
     }
-    // The default pool only fails when the OS refuses threads: one thread may still work.
-    let pool = build_pool(default_threads()).or_else(|_| build_pool(1))?;
-    Ok(slot.insert(pool).clone())
-}
 
-/// Sets the size of the global compute pool; `0` means one thread per core (the default, at
-/// most [`MAX_THREADS`]). Sessions pick up the new pool on their next call. More than
-/// `MAX_THREADS`, or a pool the OS cannot start, is an error and the old pool stays.
-pub fn set_threads(n: usize) -> Result<(), ModelError> {
-    if n > MAX_THREADS {
-        return Err(ModelError::Threads(format!(
-            "{n} threads requested; spinkv uses at most {MAX_THREADS} (this machine has {} cores)",
-            default_threads()
-        )));
+    fn pool() -> Result<Arc<ThreadPool>, ModelError> {
+        if let Some(pool) = POOL.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(pool.clone());
+        }
+        let mut slot = POOL.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(pool) = slot.as_ref() {
+            return Ok(pool.clone());
+        }
+        // The default pool only fails when the OS refuses threads: one thread may still work.
+        let pool = build_pool(default_threads()).or_else(|_| build_pool(1))?;
+        Ok(slot.insert(pool).clone())
     }
-    let pool = build_pool(if n == 0 { default_threads() } else { n })?;
-    *POOL.write().unwrap_or_else(|e| e.into_inner()) = Some(pool);
-    Ok(())
+
+    /// Sets the size of the global compute pool; `0` means one thread per core (the default,
+    /// at most [`MAX_THREADS`]). Sessions pick up the new pool on their next call. More than
+    /// `MAX_THREADS`, or a pool the OS cannot start, is an error and the old pool stays.
+    pub fn set_threads(n: usize) -> Result<(), ModelError> {
+        if n > MAX_THREADS {
+            return Err(ModelError::Threads(format!(
+                "{n} threads requested; spinkv uses at most {MAX_THREADS} (this machine has {} cores)",
+                default_threads()
+            )));
+        }
+        let pool = build_pool(if n == 0 { default_threads() } else { n })?;
+        *POOL.write().unwrap_or_else(|e| e.into_inner()) = Some(pool);
+        Ok(())
+    }
+
+    /// Threads in the global compute pool (1 if it cannot be started).
+    pub fn threads() -> usize {
+        pool().map_or(1, |p| p.current_num_threads())
+    }
+
+    pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, ModelError> {
+        Ok(pool()?.install(f))
+    }
 }
 
-/// Threads in the global compute pool (1 if it cannot be started).
-pub fn threads() -> usize {
-    pool().map_or(1, |p| p.current_num_threads())
-}
+#[cfg(target_arch = "wasm32")]
+mod single {
+    use crate::error::ModelError;
 
-pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, ModelError> {
-    Ok(pool()?.install(f))
+    /// `0` or `1`: this build runs on the calling thread; more is an error.
+    pub fn set_threads(n: usize) -> Result<(), ModelError> {
+        match n {
+            0 | 1 => Ok(()),
+            _ => Err(ModelError::Threads(format!(
+                "{n} threads requested; this wasm build runs on one thread"
+            ))),
+        }
+    }
+
+    pub fn threads() -> usize {
+        1
+    }
+
+    pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, ModelError> {
+        Ok(f())
+    }
 }
 
 /// One matrix applied to a shared input: `out[t, :] = W · x[t, :]`, `out`: `[n_tokens, rows]`.
@@ -110,6 +152,12 @@ pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
         matvec(w, k, x, rows, out);
         return;
     }
+    if cfg!(target_arch = "wasm32") {
+        for (w, rows, out) in tasks {
+            matvec(w, k, x, rows, out);
+        }
+        return;
+    }
     tasks
         .into_par_iter()
         .for_each(|(w, rows, out)| matvec(w, k, x, rows, out));
@@ -138,14 +186,16 @@ pub(crate) fn matmul_jobs(x: &[f32], k: usize, jobs: &mut [LinearJob<'_>]) {
         }
     }
     let weights: Vec<WeightRef<'_>> = jobs.iter().map(|j| j.weight).collect();
-    let tiles: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|(j, rows)| {
-            let mut tile = vec![0.0; n_tokens * rows.len()];
-            matmul(weights[*j], k, x, rows.clone(), &mut tile);
-            tile
-        })
-        .collect();
+    let tile_of = |(j, rows): &(usize, Range<usize>)| {
+        let mut tile = vec![0.0; n_tokens * rows.len()];
+        matmul(weights[*j], k, x, rows.clone(), &mut tile);
+        tile
+    };
+    let tiles: Vec<Vec<f32>> = if cfg!(target_arch = "wasm32") {
+        tasks.iter().map(tile_of).collect()
+    } else {
+        tasks.par_iter().map(tile_of).collect()
+    };
     for ((j, rows), tile) in tasks.iter().zip(&tiles) {
         let job = &mut jobs[*j];
         let width = rows.len();

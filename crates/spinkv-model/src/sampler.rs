@@ -75,7 +75,7 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(params: SamplerParams) -> Result<Sampler, ModelError> {
         params.validate()?;
-        let seed = params.seed.unwrap_or_else(clock_seed);
+        let seed = params.seed.unwrap_or_else(crate::platform::entropy_seed);
         Ok(Sampler {
             params,
             rng: Xoshiro256::new(seed),
@@ -203,14 +203,6 @@ fn argmax(values: &[f32]) -> u32 {
         }
     }
     best as u32
-}
-
-fn clock_seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    nanos ^ (std::process::id() as u64).rotate_left(32)
 }
 
 /// xoshiro256** (Blackman & Vigna), seeded through splitmix64.

@@ -10,11 +10,11 @@ use crate::error::ModelError;
 use crate::forward::{forward, Block, LogitsFor, Scratch};
 use crate::model::Model;
 use crate::parallel::run_in_pool;
+use crate::platform::Instant;
 use crate::sampler::Sampler;
 use crate::timings::{elapsed_ns, ForwardClock, PhaseTimings};
 use spinkv_kv::{CacheStats, KvCache, KvConfig};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Prompt tokens per forward block. Bounds scratch memory (~6 MB of activations for SmolLM2)
 /// while keeping each weight block's reuse across tokens high: every block streams all the

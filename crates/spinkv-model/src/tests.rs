@@ -728,3 +728,45 @@ fn inspection_refuses_what_the_loader_refuses() {
         Err(ModelError::Safetensors { .. })
     ));
 }
+
+#[test]
+fn weights_from_bytes_match_the_mapped_files() {
+    let tensors = tiny_tensors(true);
+    let (dir, mapped) = {
+        let dir = TempDir::new();
+        write_model(&dir.0, &tensors, Store::F16, true);
+        let model = Model::load(&dir.0).unwrap();
+        (dir, model)
+    };
+    let weights = std::fs::read(dir.0.join("model.safetensors")).unwrap();
+    let files = vec![(
+        "model.safetensors".to_string(),
+        WeightBytes::copy_from(&weights).unwrap(),
+    )];
+    let from_bytes = Model::from_bytes("tiny", &config_json(true), files).unwrap();
+    assert_eq!(from_bytes.dir(), Path::new("tiny"));
+    assert_eq!(from_bytes.file_bytes(), mapped.file_bytes());
+    let tokens = prompt(9);
+    let logits = |model: std::sync::Arc<Model>| {
+        let mut s = Session::new(model, KvConfig::fp16()).unwrap();
+        s.prefill(&tokens, true).unwrap().unwrap()
+    };
+    assert_eq!(logits(from_bytes), logits(mapped));
+
+    // The loader's checks hold for bytes too, with the origin in the message.
+    let half = WeightBytes::copy_from(&weights[..weights.len() / 2]).unwrap();
+    let err = Model::from_bytes(
+        "tiny",
+        &config_json(true),
+        vec![("model.safetensors".into(), half)],
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("tiny/model.safetensors"), "{err}");
+    let err = Model::from_bytes("tiny", "{", Vec::new()).err().unwrap();
+    assert!(err.to_string().contains("tiny/config.json"), "{err}");
+    assert!(matches!(
+        Model::from_bytes("tiny", &config_json(true), Vec::new()),
+        Err(ModelError::NoWeights(_))
+    ));
+}

@@ -1,7 +1,7 @@
 //! Per-phase wall-clock accounting, accumulated with `Instant` around coarse steps (a few
 //! hundred timer reads per token: negligible next to the work they measure).
 
-use std::time::Instant;
+use crate::platform::Instant;
 
 /// Totals since the session started or since `reset_timings`. All durations in nanoseconds.
 /// `attention_ns + matmul_ns + other_ns` is the time spent in the forward passes counted by

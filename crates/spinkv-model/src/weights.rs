@@ -1,16 +1,19 @@
-//! Memory-mapped safetensors weights, validated against the config before any forward.
+//! Safetensors weights, validated against the config before any forward: memory-mapped files
+//! natively, or bytes a host handed over ([`WeightBytes`]: a browser has no files to map).
 //!
-//! Large matrices stay in the mmap in their stored dtype (f16/bf16/f32); kernels widen them in
-//! registers. Only the small 1-D norm weights are converted to owned f32.
+//! Large matrices stay in the mapping (or the byte buffer) in their stored dtype
+//! (f16/bf16/f32); kernels widen them in registers. Only the small 1-D norm weights are
+//! converted to owned f32.
 
 use crate::config::LlamaConfig;
 use crate::error::ModelError;
 use half::{bf16, f16};
+#[cfg(not(target_arch = "wasm32"))]
 use memmap2::{Mmap, MmapOptions};
 use safetensors::{Dtype, SafeTensors};
 use spinkv_kernels::{WeightDtype, WeightRef};
 use std::collections::{BTreeSet, HashMap};
-use std::fs::File;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 const SINGLE_FILE: &str = "model.safetensors";
@@ -57,8 +60,71 @@ pub(crate) struct LayerWeights {
     pub down_proj: Matrix,
 }
 
+/// An owned byte buffer, 8-byte aligned so that f16/bf16/f32 tensors inside a safetensors file
+/// (whose data starts 8-byte aligned) are used in place, as from a memory map. A host fills it
+/// through [`WeightBytes::as_mut_bytes`] (a browser streams a download straight into it).
+pub struct WeightBytes {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl WeightBytes {
+    /// `len` zero bytes; an allocation the platform refuses is an error, not an abort.
+    pub fn zeroed(len: usize) -> Result<WeightBytes, ModelError> {
+        let n_words = len.div_ceil(8);
+        let mut words = Vec::new();
+        words.try_reserve_exact(n_words).map_err(|_| {
+            ModelError::TooLarge(format!("{len} bytes of weights do not fit in memory"))
+        })?;
+        words.resize(n_words, 0);
+        Ok(WeightBytes { words, len })
+    }
+
+    /// A copy of `bytes`.
+    pub fn copy_from(bytes: &[u8]) -> Result<WeightBytes, ModelError> {
+        let mut out = WeightBytes::zeroed(bytes.len())?;
+        out.as_mut_bytes().copy_from_slice(bytes);
+        Ok(out)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    pub fn as_mut_bytes(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
+/// One safetensors file's bytes.
+enum Shard {
+    #[cfg(not(target_arch = "wasm32"))]
+    Mapped(Mmap),
+    Bytes(WeightBytes),
+}
+
+impl Deref for Shard {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            #[cfg(not(target_arch = "wasm32"))]
+            Shard::Mapped(map) => map,
+            Shard::Bytes(bytes) => bytes.as_bytes(),
+        }
+    }
+}
+
 pub(crate) struct Weights {
-    shards: Vec<Mmap>,
+    shards: Vec<Shard>,
     pub embed_tokens: Matrix,
     pub layers: Vec<LayerWeights>,
     pub final_norm: Vec<f32>,
@@ -99,13 +165,12 @@ impl Weights {
         self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn load(dir: &Path, config: &LlamaConfig) -> Result<Weights, ModelError> {
         let files = weight_files(dir)?;
         let mut shards = Vec::with_capacity(files.len());
-        let mut index: HashMap<String, TensorLocation> = HashMap::new();
-        let mut file_bytes = 0;
-        for (shard, path) in files.iter().enumerate() {
-            let file = File::open(path).map_err(|source| ModelError::Io {
+        for path in &files {
+            let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
                 path: path.clone(),
                 source,
             })?;
@@ -120,13 +185,44 @@ impl Weights {
                     source,
                 }
             })?;
+            shards.push(Shard::Mapped(map));
+        }
+        Self::from_shards(dir, files, shards, config)
+    }
+
+    /// Weights from safetensors files already in memory, `(name, bytes)` in the loader's order
+    /// (one file, or the shards sorted by name); `origin` names the model in errors.
+    pub fn from_bytes(
+        origin: &Path,
+        files: Vec<(String, WeightBytes)>,
+        config: &LlamaConfig,
+    ) -> Result<Weights, ModelError> {
+        if files.is_empty() {
+            return Err(ModelError::NoWeights(origin.to_path_buf()));
+        }
+        let (names, shards) = files
+            .into_iter()
+            .map(|(name, bytes)| (origin.join(name), Shard::Bytes(bytes)))
+            .unzip();
+        Self::from_shards(origin, names, shards, config)
+    }
+
+    fn from_shards(
+        dir: &Path,
+        files: Vec<PathBuf>,
+        shards: Vec<Shard>,
+        config: &LlamaConfig,
+    ) -> Result<Weights, ModelError> {
+        let mut index: HashMap<String, TensorLocation> = HashMap::new();
+        let mut file_bytes = 0;
+        for (shard, (path, map)) in files.iter().zip(&shards).enumerate() {
             file_bytes += map.len() as u64;
             let corrupt = |reason: String| ModelError::Safetensors {
                 path: path.clone(),
                 reason,
             };
             let (header_len, metadata) =
-                SafeTensors::read_metadata(&map).map_err(|e| corrupt(format!("{e:?}")))?;
+                SafeTensors::read_metadata(map).map_err(|e| corrupt(format!("{e:?}")))?;
             let data_start = 8 + header_len;
             for (name, info) in metadata.tensors() {
                 let (begin, end) = info.data_offsets;
@@ -150,7 +246,6 @@ impl Weights {
                     },
                 );
             }
-            shards.push(map);
         }
 
         let loader = Loader {
@@ -211,7 +306,7 @@ struct TensorLocation {
 }
 
 struct Loader<'a> {
-    shards: &'a [Mmap],
+    shards: &'a [Shard],
     files: &'a [PathBuf],
     index: &'a HashMap<String, TensorLocation>,
 }

@@ -1,0 +1,180 @@
+"""The whole runtime built for wasm32+simd128 and run in node: greedy tokens identical to the
+native runtime (fp16 and turbo KV), the same prompt tokens from the same chat template and
+tokenizer, the same identity record, and session files exchanged both ways.
+
+Skips with one line when node or a wasm toolchain is missing; SPINKV_REQUIRE_CROSS=1 (CI)
+turns that into a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a short story about a robot who learns to paint.",
+]
+MAX_TOKENS = 64
+
+
+def _require(reason: str) -> None:
+    if os.environ.get("SPINKV_REQUIRE_CROSS") == "1":
+        pytest.fail(f"SPINKV_REQUIRE_CROSS=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def wasm_bundle() -> Path:
+    """The wasm runtime, built (or brought up to date) for this run."""
+    if os.environ.get("SPINKV_SKIP_CROSS") == "1":
+        pytest.skip("SPINKV_SKIP_CROSS=1")
+    from spinkv.web.bundle import BundleError, build_bundle, find_toolchain
+    from spinkv.web.node import node_binary
+
+    try:
+        node_binary()
+        find_toolchain()
+    except BundleError as exc:
+        _require(f"wasm runtime not testable here: {exc}")
+    return build_bundle(print)
+
+
+@pytest.fixture(scope="module")
+def loaded(default_model_dir: Path) -> Any:
+    import spinkv
+
+    return spinkv.load(default_model_dir)
+
+
+def _ok(record: dict[str, Any]) -> dict[str, Any]:
+    assert record["ok"], record
+    return record["result"]
+
+
+def _run(wasm: Path, model_dir: Path, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from spinkv.web.node import run_calls
+
+    return run_calls(wasm, model_dir, calls)
+
+
+def test_greedy_tokens_match_native(wasm_bundle: Path, loaded: Any) -> None:
+    """fp16 and turbo: the same prompt ids and the same 64 greedy tokens as native."""
+    calls: list[dict[str, Any]] = [{"op": "load"}, {"op": "info"}]
+    expected = []
+    for kv in ("fp16", "turbo"):
+        for prompt in PROMPTS:
+            native = loaded.generate(prompt, max_tokens=MAX_TOKENS, kv=kv)
+            expected.append((kv, prompt, loaded.prompt_token_ids(prompt), native))
+            calls.append({"op": "session", "kv": kv, "reserve": 512})
+            calls.append(
+                {
+                    "op": "chat",
+                    "messages": [{"role": "user", "content": prompt}],
+                    "max_tokens": MAX_TOKENS,
+                }
+            )
+    records = _run(wasm_bundle, loaded.path, calls)
+    info = _ok(records[1])
+    assert info["isa"] == "simd128" and info["threads"] == 1
+    replies = [_ok(r) for r in records[3::2]]
+    assert len(replies) == len(expected)
+    for (kv, prompt, prompt_ids, native), wasm in zip(expected, replies):
+        label = f"{kv}: {prompt!r}"
+        assert wasm["prompt_ids"] == prompt_ids, label
+        assert wasm["token_ids"] == native.token_ids, (label, wasm["text"], native.text)
+        assert wasm["text"] == native.text, label
+        assert "".join(wasm["pieces"]) == native.text, label
+        assert wasm["reason"] == native.finish_reason, label
+    # The long prompt really ran 64 tokens (not an early stop that proves little).
+    assert any(len(r["token_ids"]) == MAX_TOKENS for r in replies)
+    assert replies[0]["text"] == "The capital of France is Paris."
+
+
+def test_identity_and_sessions_cross_between_native_and_wasm(
+    wasm_bundle: Path, loaded: Any, tmp_path: Path
+) -> None:
+    """The identity record matches field by field (the build may differ); a native session
+    file restores in wasm and a wasm one natively when the builds match, and is refused
+    naming exactly runtime_build when they do not. A foreign preset is refused by name."""
+    from spinkv import _native
+
+    transcript = json.dumps({"format": "test"})
+    prompt_ids = loaded.prompt_token_ids(PROMPTS[0])
+    native = loaded.session("turbo")
+    native.prefill(prompt_ids)
+    native_file = tmp_path / "native.spkv"
+    native.save(str(native_file), transcript, loaded.identity_extra)
+    wasm_file = tmp_path / "wasm.spkv"
+    records = _run(
+        wasm_bundle,
+        loaded.path,
+        [
+            {"op": "load"},
+            {"op": "info"},
+            {"op": "session", "kv": "turbo", "reserve": 256},
+            {"op": "prefill", "tokens": prompt_ids},
+            {"op": "identity"},
+            {"op": "save_file", "path": str(wasm_file), "transcript": transcript},
+            {"op": "session", "kv": "turbo", "reserve": 256},
+            {"op": "restore_file", "path": str(native_file), "expect_error": True},
+            {"op": "session", "kv": "fp16", "reserve": 256},
+            {"op": "restore_file", "path": str(native_file), "expect_error": True},
+        ],
+    )
+    wasm_build = _ok(records[1])["runtime_build"]
+    identity = _ok(records[4])
+    native_identity = native.identity(loaded.identity_extra)
+    for name, value in identity["fields"].items():
+        if name != "runtime_build":
+            assert value == native_identity[name], name
+    # SIMD128 has no FMA: its K/V bits differ from x86's in the last places (the greedy
+    # tokens do not), so each side's pages are its own; a restore must reproduce them exactly.
+    saved = _ok(records[5])
+    assert saved["state_digest"] == identity["state_digest"]
+    assert wasm_file.stat().st_size == saved["bytes"]
+
+    same_build = wasm_build == _native.runtime_build()
+    restored, foreign = records[7], records[9]
+    back = loaded.session("turbo")
+    if same_build:
+        assert _ok(restored)["transcript"] == transcript
+        assert _ok(restored)["state_digest"] == native.state_digest()
+        assert back.load(str(wasm_file), loaded.identity_extra) == transcript
+        assert back.state_digest() == identity["state_digest"]
+    else:
+        assert not restored["ok"] and restored["fields"] == ["runtime_build"], restored
+        with pytest.raises(Exception, match="runtime_build") as info:
+            back.load(str(wasm_file), loaded.identity_extra)
+        assert list(info.value.fields) == ["runtime_build"]
+    assert not foreign["ok"] and foreign["kind"] == "IdentityMismatchError"
+    assert "bit_allocation" in foreign["fields"], foreign
+
+
+def test_bad_calls_are_one_line_errors(wasm_bundle: Path, loaded: Any) -> None:
+    records = _run(
+        wasm_bundle,
+        loaded.path,
+        [
+            {"op": "step", "expect_error": True},
+            {"op": "load"},
+            {"op": "session", "kv": "turbo:window=-1", "expect_error": True},
+            {"op": "session", "kv": "nonsense", "expect_error": True},
+            {"op": "session", "kv": "kivi2", "reserve": 64},
+            {"op": "prefill", "tokens": [10**9], "expect_error": True},
+            {"op": "turn", "prompt_ids": [1], "sampling": {"top_p": 2}, "expect_error": True},
+            {"op": "no-such-op", "expect_error": True},
+            {"op": "stats"},
+        ],
+    )
+    failed = [r for r in records if not r["ok"]]
+    assert len(failed) == 6, records
+    for r in failed:
+        assert r["error"] and "\n" not in r["error"], r
+    assert "outside the vocabulary" in records[5]["error"]
+    assert "top_p" in records[6]["error"]
+    stats = _ok(records[8])
+    assert stats["cache"]["codec"] == "kivi" and stats["memory"]["pages"] > 0
