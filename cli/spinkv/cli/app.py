@@ -27,6 +27,7 @@ from spinkv.kv import command as cache
 from spinkv.models import command as models
 from spinkv.sessions import command as sessions
 from spinkv.util.progress import reporting
+from spinkv.web import command as web
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
@@ -70,6 +71,7 @@ app.command("eval")(eval_cmd.eval_command)
 app.add_typer(cache.app, name="cache")
 app.add_typer(sessions.app, name="sessions")
 app.command("bench")(bench.bench_command)
+app.command("web")(web.web_command)
 
 
 ABORTS = (KeyboardInterrupt, typer.Abort)
