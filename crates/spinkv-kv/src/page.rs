@@ -117,22 +117,10 @@ impl PageHeader {
             self.tokens,
             self.group,
         ];
-        for (i, v) in u16s.iter().enumerate() {
-            out[12 + 2 * i..14 + 2 * i].copy_from_slice(&v.to_le_bytes());
-        }
-        let u32s = [
-            self.first_token,
-            self.k_side,
-            self.k_codes,
-            self.k_residual,
-            self.v_side,
-            self.v_codes,
-            self.body_end,
-            self.checksum,
-        ];
-        for (i, v) in u32s.iter().enumerate() {
-            out[24 + 4 * i..28 + 4 * i].copy_from_slice(&v.to_le_bytes());
-        }
+        put_consecutive(out, 12, &u16s.map(u16::to_le_bytes));
+        out[24..28].copy_from_slice(&self.first_token.to_le_bytes());
+        put_consecutive(out, 28, &self.offsets().map(u32::to_le_bytes));
+        out[52..56].copy_from_slice(&self.checksum.to_le_bytes());
         out[56..64].copy_from_slice(&self.reserved);
     }
 
@@ -170,6 +158,13 @@ impl PageHeader {
             checksum: u32_at(52),
             reserved,
         })
+    }
+}
+
+/// Writes `words` (each `N` bytes) one after another into `out` from byte `at`.
+fn put_consecutive<const N: usize>(out: &mut [u8], at: usize, words: &[[u8; N]]) {
+    for (i, word) in words.iter().enumerate() {
+        out[at + N * i..at + N * (i + 1)].copy_from_slice(word);
     }
 }
 

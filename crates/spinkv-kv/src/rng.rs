@@ -1,6 +1,6 @@
-//! SplitMix64: the seeded generator behind the random signs and projections. Its output for a
-//! given seed is part of the cache identity, so it is written out here rather than borrowed
-//! from a crate whose streams may change between versions.
+//! The seeded generator behind the random signs and projections: `spinkv_kernels::splitmix64`
+//! (written out in the workspace, as its output for a given seed is part of the cache identity)
+//! with the seed derivation and the distributions the codecs draw.
 
 #[derive(Clone, Debug)]
 pub(crate) struct SplitMix64(u64);
@@ -20,11 +20,7 @@ impl SplitMix64 {
     }
 
     pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        spinkv_kernels::splitmix64(&mut self.0)
     }
 
     /// Uniform in (0, 1).

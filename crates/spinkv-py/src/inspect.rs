@@ -8,6 +8,7 @@ use pyo3::types::PyDict;
 use spinkv_core::inspect_model as inspect;
 
 use crate::errors::{guarded, model_error};
+use crate::model::put_dimensions;
 
 /// Keys: those of `models info` (name, path, architecture, parameters, dtype, size_bytes,
 /// context_length, n_layers, hidden_size, n_heads, n_kv_heads, head_dim, vocab_size,
@@ -29,13 +30,7 @@ fn inspect_model(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("dtype", &seen.dtype)?;
     d.set_item("size_bytes", seen.dir_bytes)?;
     d.set_item("context_length", c.max_position_embeddings)?;
-    d.set_item("n_layers", c.num_hidden_layers)?;
-    d.set_item("hidden_size", c.hidden_size)?;
-    d.set_item("intermediate_size", c.intermediate_size)?;
-    d.set_item("n_heads", c.num_attention_heads)?;
-    d.set_item("n_kv_heads", c.num_key_value_heads)?;
-    d.set_item("head_dim", c.head_dim)?;
-    d.set_item("vocab_size", c.vocab_size)?;
+    put_dimensions(&d, c)?;
     d.set_item("kv_bytes_per_token", c.kv_bytes_per_token_fp16())?;
     let files: Vec<&PathBuf> = seen.weight_files.iter().map(|f| &f.path).collect();
     d.set_item("weight_files", files)?;

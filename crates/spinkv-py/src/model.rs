@@ -5,11 +5,22 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use spinkv_core::{hex, Model, ModelHashCell, Session};
+use spinkv_core::{hex, LlamaConfig, Model, ModelHashCell, Session};
 
 use crate::errors::{guarded, model_error, session_error};
 use crate::kv_options::kv_config_from_dict;
 use crate::session::PySession;
+
+/// The architecture's dimensions under the keys both `Model.config` and `inspect_model` use.
+pub(crate) fn put_dimensions(d: &Bound<'_, PyDict>, c: &LlamaConfig) -> PyResult<()> {
+    d.set_item("n_layers", c.num_hidden_layers)?;
+    d.set_item("hidden_size", c.hidden_size)?;
+    d.set_item("intermediate_size", c.intermediate_size)?;
+    d.set_item("n_heads", c.num_attention_heads)?;
+    d.set_item("n_kv_heads", c.num_key_value_heads)?;
+    d.set_item("head_dim", c.head_dim)?;
+    d.set_item("vocab_size", c.vocab_size)
+}
 
 #[pyclass(name = "Model", module = "spinkv._native", frozen)]
 pub struct PyModel {
@@ -22,13 +33,7 @@ impl PyModel {
     fn config_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = self.inner.config();
         let d = PyDict::new(py);
-        d.set_item("n_layers", c.num_hidden_layers)?;
-        d.set_item("hidden_size", c.hidden_size)?;
-        d.set_item("intermediate_size", c.intermediate_size)?;
-        d.set_item("n_heads", c.num_attention_heads)?;
-        d.set_item("n_kv_heads", c.num_key_value_heads)?;
-        d.set_item("head_dim", c.head_dim)?;
-        d.set_item("vocab_size", c.vocab_size)?;
+        put_dimensions(&d, c)?;
         d.set_item("max_context", c.max_position_embeddings)?;
         d.set_item("rope_theta", c.rope_theta)?;
         d.set_item("tie_word_embeddings", c.tie_word_embeddings)?;

@@ -73,6 +73,13 @@ impl PySession {
     fn vocab_size(&self) -> usize {
         self.inner.model().config().vocab_size
     }
+
+    /// Runs an operation that cannot fail on the session, a panic inside it reported as
+    /// `SpinkvError` (see [`guarded`]).
+    fn guarded_mut<T>(&mut self, operation: impl FnOnce(&mut Session) -> T) -> PyResult<T> {
+        let session = &mut self.inner;
+        guarded(|| Ok(operation(session)))
+    }
 }
 
 #[pymethods]
@@ -130,19 +137,11 @@ impl PySession {
     /// Drops every token at position >= n (cache included).
     fn truncate(&mut self, n: &Bound<'_, PyAny>) -> PyResult<()> {
         let n = count(n, "truncate position")?;
-        let session = &mut self.inner;
-        guarded(|| {
-            session.truncate(n);
-            Ok(())
-        })
+        self.guarded_mut(|session| session.truncate(n))
     }
 
     fn reset(&mut self) -> PyResult<()> {
-        let session = &mut self.inner;
-        guarded(|| {
-            session.reset();
-            Ok(())
-        })
+        self.guarded_mut(|session| session.reset())
     }
 
     /// Accumulated phase timings in milliseconds (and token counts).
@@ -198,25 +197,16 @@ impl PySession {
     /// Records the state a turn starts from (tokens, logits, KV pages): `rollback_turn()`
     /// returns to it exactly, `commit_turn()` keeps the turn.
     fn checkpoint(&mut self) -> PyResult<()> {
-        let session = &mut self.inner;
-        guarded(|| {
-            session.checkpoint();
-            Ok(())
-        })
+        self.guarded_mut(|session| session.checkpoint())
     }
 
     /// Back to the last checkpoint; False when there is none.
     fn rollback_turn(&mut self) -> PyResult<bool> {
-        let session = &mut self.inner;
-        guarded(|| Ok(session.rollback_turn()))
+        self.guarded_mut(|session| session.rollback_turn())
     }
 
     fn commit_turn(&mut self) -> PyResult<()> {
-        let session = &mut self.inner;
-        guarded(|| {
-            session.commit_turn();
-            Ok(())
-        })
+        self.guarded_mut(|session| session.commit_turn())
     }
 
     /// When on, a full cache retires its oldest pages after the first (the attention sink)
@@ -255,20 +245,12 @@ impl PySession {
                 format!("cannot reserve {tokens} tokens: the session holds at most {max}"),
             ));
         }
-        let session = &mut self.inner;
-        guarded(|| {
-            session.reserve(tokens);
-            Ok(())
-        })
+        self.guarded_mut(|session| session.reserve(tokens))
     }
 
     /// Gives back free cache pages beyond the reservation (after `reset`).
     fn trim_memory(&mut self) -> PyResult<()> {
-        let session = &mut self.inner;
-        guarded(|| {
-            session.trim_memory();
-            Ok(())
-        })
+        self.guarded_mut(|session| session.trim_memory())
     }
 
     /// blake3 (hex) of the tokens and the canonical KV snapshot: equal digests, equal state.

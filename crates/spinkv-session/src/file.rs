@@ -356,17 +356,17 @@ pub fn restore(
     Ok((header, SessionState { tokens, cache }))
 }
 
+/// Test fixtures shared with the loader fuzz test.
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod fixtures;
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use spinkv_kv::{IdentityInputs, KvShape};
 
-    pub(crate) const SHAPE: KvShape = KvShape {
-        n_layers: 2,
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 16,
-    };
+    pub(crate) use super::fixtures::SHAPE;
+    use super::fixtures::{self, values};
 
     pub(crate) fn config() -> KvConfig {
         KvConfig {
@@ -377,35 +377,12 @@ pub(crate) mod tests {
         }
     }
 
-    fn normals(seed: u64, n: usize) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
-
     pub(crate) fn identity_for(
         config: &KvConfig,
         tokens: &[u32],
         cache: &KvCache,
     ) -> CacheIdentity {
-        CacheIdentity::new(
-            &SHAPE,
-            config,
-            IdentityInputs {
-                model_hash: [1; 32],
-                tokenizer_hash: [2; 32],
-                chat_template_hash: [3; 32],
-                context_tokens: tokens.len() as u64,
-                context_digest: context_digest(tokens, cache.retired(), cache.gap()),
-                runtime_build: crate::runtime_build(),
-            },
-        )
+        fixtures::identity(config, tokens, cache, crate::runtime_build())
     }
 
     /// A valid session file of `n` tokens (a few pages compressed).
@@ -413,7 +390,7 @@ pub(crate) mod tests {
         let config = config();
         let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
         for layer in 0..SHAPE.n_layers {
-            let kv = normals(layer as u64 + 1, n * SHAPE.kv_width());
+            let kv = values(layer as u64 + 1, n * SHAPE.kv_width());
             cache.append(layer, &kv, &kv).unwrap();
         }
         let tokens: Vec<u32> = (0..n as u32).map(|t| t * 7 % 300).collect();

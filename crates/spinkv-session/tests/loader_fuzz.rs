@@ -9,16 +9,12 @@ use std::ops::Range;
 
 use proptest::prelude::*;
 use spinkv_kv::page::{write_header, PageHeader};
-use spinkv_kv::{CacheIdentity, IdentityInputs, KvCache, KvConfig, KvShape};
+use spinkv_kv::{CacheIdentity, KvCache, KvConfig};
 use spinkv_session::file::parse_header_bytes;
 use spinkv_session::{context_digest, restore, save_bytes};
 
-const SHAPE: KvShape = KvShape {
-    n_layers: 2,
-    n_heads: 4,
-    n_kv_heads: 2,
-    head_dim: 16,
-};
+mod common;
+use common::{values, SHAPE};
 
 fn configs() -> [KvConfig; 3] {
     let small = |c: KvConfig| KvConfig {
@@ -47,31 +43,8 @@ fn cases(default: u32) -> u32 {
         .unwrap_or(default)
 }
 
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
 fn identity(config: &KvConfig, tokens: &[u32], cache: &KvCache) -> CacheIdentity {
-    CacheIdentity::new(
-        &SHAPE,
-        config,
-        IdentityInputs {
-            model_hash: [1; 32],
-            tokenizer_hash: [2; 32],
-            chat_template_hash: [3; 32],
-            context_tokens: tokens.len() as u64,
-            context_digest: context_digest(tokens, cache.retired(), cache.gap()),
-            runtime_build: "fuzz".into(),
-        },
-    )
+    common::identity(config, tokens, cache, "fuzz".into())
 }
 
 /// A valid file: `n` tokens, optionally with retired pages.

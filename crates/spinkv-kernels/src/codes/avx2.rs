@@ -3,7 +3,8 @@
 //! and a mask leave the code; levels come from `vpermps` (up to 3 bits: one 8-entry table;
 //! 4 bits: two tables and a blend on bit 3) or a gather (5..8 bits).
 
-use super::{group_bytes, read_word, scalar, CodeLayout, Levels, Segment, WINDOWS_32};
+use super::windows::{group_bytes, read_word, WINDOWS_32};
+use super::{scalar, CodeLayout, Levels, Segment};
 use crate::simd::avx2::tail_mask;
 use std::arch::x86_64::*;
 

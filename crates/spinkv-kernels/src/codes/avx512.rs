@@ -5,7 +5,8 @@
 //! the code; levels come from `vpermps` (up to 4 bits: one 16-entry table), `vpermt2ps`
 //! (5 bits) or a gather (6..8 bits).
 
-use super::{group_bytes, scalar, CodeLayout, Levels, Segment, WINDOWS_32};
+use super::windows::{group_bytes, WINDOWS_32};
+use super::{scalar, CodeLayout, Levels, Segment};
 use crate::simd::avx512::tail_mask;
 use std::arch::x86_64::*;
 

@@ -3,7 +3,8 @@
 //! `simd128.rs`, mounted here as `isa`) cuts the 8 codes out of it, looks their levels up and
 //! packs 8 codes into a word.
 
-use super::{group_bytes, read_word, scalar, CodeLayout, Levels};
+use super::windows::{group_bytes, read_word};
+use super::{scalar, CodeLayout, Levels};
 
 #[cfg(target_arch = "aarch64")]
 #[path = "neon.rs"]
@@ -13,6 +14,14 @@ mod isa;
 mod isa;
 
 use isa::SegmentPlan;
+
+/// For the table lookups of levels (`SegmentPlan::levels8`): byte indices replicating codes
+/// 0..3 (and 4..7) four times, and the byte offsets within an f32.
+const REP: [[u8; 16]; 2] = [
+    [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3],
+    [4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7],
+];
+const BYTE_OF_F32: [u8; 16] = [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3];
 
 /// Decodes rows of a code block to levels (or to bare codes) with one layout and codebook.
 pub(crate) struct RowDecoder {

@@ -3,18 +3,13 @@
 //! and a shift leave the code (SIMD128 has no per-lane shift); levels (up to 4 bits) come from
 //! swizzles of the levels' bytes, wider codes from a scalar table.
 
-use super::super::{Segment, WINDOWS_16};
+use super::super::windows::WINDOWS_16;
+use super::super::Segment;
+use super::{BYTE_OF_F32, REP};
 use core::arch::wasm32::*;
 
 /// 8 codes in 16-bit lanes.
 pub(super) type Codes = v128;
-
-/// Byte indices replicating codes 0..3 (and 4..7) four times, and the byte offsets within an f32.
-const REP: [[u8; 16]; 2] = [
-    [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3],
-    [4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7],
-];
-const BYTE_OF_F32: [u8; 16] = [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3];
 
 /// One segment's constants in registers.
 #[derive(Clone, Copy)]

@@ -171,7 +171,7 @@ pub(crate) unsafe fn accumulate_codes_on(
 
 #[cfg(any(test, feature = "parity"))]
 pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
-    use crate::kv_score::{parity_layouts, random_block};
+    use crate::kv_score::{for_each_coded_block, for_each_f16_block};
     use crate::test_util::*;
     let mut rng = Rng::new(6);
     let stride = 37;
@@ -188,43 +188,31 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             })
             .collect()
     };
-    for layout in parity_layouts() {
+    for_each_coded_block(&mut rng, |rng, layout, block, n_qh, rows| {
         let d = layout.d;
-        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 17)] {
-            let (packed, hi, lo) = random_block(&mut rng, &layout, rows);
-            let levels = Levels { hi: &hi, lo: &lo };
-            let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
-            let block = CodedRows::new(&packed, &layout, levels, &scales);
-            let weights = weights_for(&mut rng, n_qh);
-            let mut want = random_vec(rng.next_u64(), n_qh * d);
-            let mut got = want.clone();
-            scalar::accumulate_codes(block, &weights, stride, &mut want);
-            // SAFETY (both `_on` calls): `isa` comes from the runnable list.
-            unsafe { accumulate_codes_on(isa, block, &weights, stride, &mut got) };
-            // |acc| < 1, Σ_j |w·scale·level| < rows · 0.6.
-            canonical(isa, &got, &want, 1.0 + 0.6 * rows as f32, &|| {
-                format!(
-                    "accumulate_codes d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
-                    layout.hi, layout.lo, layout.n_hi
-                )
-            })?;
-        }
-    }
-    for &d in &AWKWARD_SIZES[..13] {
-        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37)] {
-            let values: Vec<f16> = random_vec(rng.next_u64(), rows * d)
-                .iter()
-                .map(|&v| f16::from_f32(v))
-                .collect();
-            let weights = weights_for(&mut rng, n_qh);
-            let mut want = random_vec(rng.next_u64(), n_qh * d);
-            let mut got = want.clone();
-            scalar::accumulate_f16(&values, d, &weights, stride, &mut want);
-            unsafe { accumulate_f16_on(isa, &values, d, &weights, stride, &mut got) };
-            canonical(isa, &got, &want, 1.0 + rows as f32, &|| {
-                format!("accumulate_f16 d={d} n_qh={n_qh} rows={rows}")
-            })?;
-        }
-    }
-    Ok(())
+        let weights = weights_for(rng, n_qh);
+        let mut want = random_vec(rng.next_u64(), n_qh * d);
+        let mut got = want.clone();
+        scalar::accumulate_codes(block, &weights, stride, &mut want);
+        // SAFETY: `isa` comes from the runnable list.
+        unsafe { accumulate_codes_on(isa, block, &weights, stride, &mut got) };
+        // |acc| < 1, Σ_j |w·scale·level| < rows · 0.6.
+        canonical(isa, &got, &want, 1.0 + 0.6 * rows as f32, &|| {
+            format!(
+                "accumulate_codes d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
+                layout.hi, layout.lo, layout.n_hi
+            )
+        })
+    })?;
+    for_each_f16_block(&mut rng, |rng, d, values, n_qh, rows| {
+        let weights = weights_for(rng, n_qh);
+        let mut want = random_vec(rng.next_u64(), n_qh * d);
+        let mut got = want.clone();
+        scalar::accumulate_f16(values, d, &weights, stride, &mut want);
+        // SAFETY: `isa` comes from the runnable list.
+        unsafe { accumulate_f16_on(isa, values, d, &weights, stride, &mut got) };
+        canonical(isa, &got, &want, 1.0 + rows as f32, &|| {
+            format!("accumulate_f16 d={d} n_qh={n_qh} rows={rows}")
+        })
+    })
 }

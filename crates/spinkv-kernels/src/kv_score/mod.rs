@@ -207,48 +207,87 @@ pub(crate) fn parity_layouts() -> Vec<CodeLayout> {
     layouts
 }
 
+/// Runs `check(rng, layout, block, n_qh, rows)` on a random coded block of every parity layout
+/// and (query heads, rows) shape: codebook-like levels, per-row scales in [1, 2).
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn for_each_coded_block(
+    rng: &mut crate::test_util::Rng,
+    mut check: impl FnMut(
+        &mut crate::test_util::Rng,
+        &CodeLayout,
+        CodedRows<'_>,
+        usize,
+        usize,
+    ) -> crate::test_util::Check,
+) -> crate::test_util::Check {
+    for layout in parity_layouts() {
+        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 17)] {
+            let (packed, hi, lo) = random_block(rng, &layout, rows);
+            let levels = Levels { hi: &hi, lo: &lo };
+            let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
+            let block = CodedRows::new(&packed, &layout, levels, &scales);
+            check(rng, &layout, block, n_qh, rows)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `check(rng, d, rows_f16, n_qh, rows)` on random fp16 rows of the awkward head dims
+/// for every (query heads, rows) shape.
+#[cfg(any(test, feature = "parity"))]
+pub(crate) fn for_each_f16_block(
+    rng: &mut crate::test_util::Rng,
+    mut check: impl FnMut(
+        &mut crate::test_util::Rng,
+        usize,
+        &[f16],
+        usize,
+        usize,
+    ) -> crate::test_util::Check,
+) -> crate::test_util::Check {
+    use crate::test_util::{random_vec, AWKWARD_SIZES};
+    for &d in &AWKWARD_SIZES[..13] {
+        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37)] {
+            let values: Vec<f16> = random_vec(rng.next_u64(), rows * d)
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect();
+            check(rng, d, &values, n_qh, rows)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(any(test, feature = "parity"))]
 pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
     use crate::test_util::*;
     let mut rng = Rng::new(5);
     let stride = 37;
-    for layout in parity_layouts() {
+    for_each_coded_block(&mut rng, |rng, layout, block, n_qh, rows| {
         let d = layout.d;
-        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 17)] {
-            let (packed, hi, lo) = random_block(&mut rng, &layout, rows);
-            let levels = Levels { hi: &hi, lo: &lo };
-            let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
-            let block = CodedRows::new(&packed, &layout, levels, &scales);
-            let queries = random_vec(rng.next_u64(), n_qh * d);
-            let mut want = vec![7.0f32; n_qh * stride];
-            let mut got = want.clone();
-            scalar::score_codes(block, &queries, &mut want, stride);
-            // SAFETY (all `_on` calls): `isa` comes from the runnable list.
-            unsafe { score_codes_on(isa, block, &queries, &mut got, stride) };
-            // |q| < 1, |level| < 0.3, scale < 2: Σ|terms| < 0.6·d.
-            canonical(isa, &got, &want, 0.6 * d as f32, &|| {
-                format!(
-                    "score_codes d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
-                    layout.hi, layout.lo, layout.n_hi
-                )
-            })?;
-        }
-    }
-    for &d in &AWKWARD_SIZES[..13] {
-        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37)] {
-            let keys: Vec<f16> = random_vec(rng.next_u64(), rows * d)
-                .iter()
-                .map(|&v| f16::from_f32(v))
-                .collect();
-            let queries = random_vec(rng.next_u64(), n_qh * d);
-            let mut want = vec![7.0f32; n_qh * stride];
-            let mut got = want.clone();
-            scalar::score_f16(&keys, d, &queries, &mut want, stride);
-            unsafe { score_f16_on(isa, &keys, d, &queries, &mut got, stride) };
-            canonical(isa, &got, &want, d as f32, &|| {
-                format!("score_f16 d={d} n_qh={n_qh} rows={rows}")
-            })?;
-        }
-    }
-    Ok(())
+        let queries = random_vec(rng.next_u64(), n_qh * d);
+        let mut want = vec![7.0f32; n_qh * stride];
+        let mut got = want.clone();
+        scalar::score_codes(block, &queries, &mut want, stride);
+        // SAFETY: `isa` comes from the runnable list.
+        unsafe { score_codes_on(isa, block, &queries, &mut got, stride) };
+        // |q| < 1, |level| < 0.3, scale < 2: Σ|terms| < 0.6·d.
+        canonical(isa, &got, &want, 0.6 * d as f32, &|| {
+            format!(
+                "score_codes d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
+                layout.hi, layout.lo, layout.n_hi
+            )
+        })
+    })?;
+    for_each_f16_block(&mut rng, |rng, d, keys, n_qh, rows| {
+        let queries = random_vec(rng.next_u64(), n_qh * d);
+        let mut want = vec![7.0f32; n_qh * stride];
+        let mut got = want.clone();
+        scalar::score_f16(keys, d, &queries, &mut want, stride);
+        // SAFETY: `isa` comes from the runnable list.
+        unsafe { score_f16_on(isa, keys, d, &queries, &mut got, stride) };
+        canonical(isa, &got, &want, d as f32, &|| {
+            format!("score_f16 d={d} n_qh={n_qh} rows={rows}")
+        })
+    })
 }

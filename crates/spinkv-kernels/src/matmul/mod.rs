@@ -5,7 +5,7 @@
 //! block of tokens, so each weight is widened from f16/bf16 once per token block instead of
 //! once per token.
 
-crate::isa::isa_modules!(scalar, x86, neon, simd128);
+crate::isa::isa_modules!(scalar, x86, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 use crate::WeightRef;
@@ -90,6 +90,23 @@ pub(crate) fn for_each_tile(
             }
         }
     }
+}
+
+/// One register tile's operands, as the per-ISA tile functions take them.
+#[cfg(any(
+    target_arch = "aarch64",
+    all(target_arch = "wasm32", target_feature = "simd128"),
+    target_arch = "x86_64"
+))]
+pub(crate) struct TileArgs<L> {
+    /// First weight row of the tile; rows are `k` apart.
+    pub(crate) w: *const L,
+    /// First token of the tile; tokens are `k` apart.
+    pub(crate) x: *const f32,
+    /// Output for (first token, first row); tokens are `y_stride` apart, rows adjacent.
+    pub(crate) y: *mut f32,
+    pub(crate) k: usize,
+    pub(crate) y_stride: usize,
 }
 
 pub(crate) fn check_shapes(w: WeightRef<'_>, k: usize, x: &[f32], rows: &Range<usize>, y: &[f32]) {

@@ -6,6 +6,7 @@
 //! On AVX-512, f16/bf16 row blocks are widened to f32 once per token block into an L1-sized
 //! buffer, so the inner loop is loads and FMAs only (widening is exact: outputs do not change).
 
+use super::TileArgs;
 use crate::simd::x86::{blocks, on_width, Vector};
 use crate::simd::Lanes;
 use crate::WeightRef;
@@ -141,17 +142,6 @@ unsafe fn widen_rows<V: Vector, L: Lanes>(src: *const L, n: usize, dst: *mut f32
         // SAFETY: the mask keeps both accesses below n.
         unsafe { V::store_masked(dst.add(i), V::mask(nb), V::widen_part(src.add(i), nb)) };
     }
-}
-
-struct TileArgs<L> {
-    /// First weight row of the tile; rows are `k` apart.
-    w: *const L,
-    /// First token of the tile; tokens are `k` apart.
-    x: *const f32,
-    /// Output for (first token, first row); tokens are `y_stride` apart, rows adjacent.
-    y: *mut f32,
-    k: usize,
-    y_stride: usize,
 }
 
 /// # Safety

@@ -3,7 +3,7 @@
 //! Decode is memory-bound: the SIMD kernels widen f16/bf16 weights in registers (never to an
 //! f32 copy) and stream several rows at once with independent accumulators.
 
-crate::isa::isa_modules!(scalar, x86, neon, simd128);
+crate::isa::isa_modules!(scalar, x86, quad);
 
 use crate::isa::{active_isa, dispatch, Isa};
 use crate::WeightRef;

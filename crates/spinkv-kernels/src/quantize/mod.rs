@@ -4,7 +4,7 @@
 //! level. Comparisons and table lookups only: bit-identical on every ISA. (Packing the codes
 //! is [`crate::codes::pack`].)
 
-crate::isa::isa_modules!(scalar, avx2, avx512, neon, simd128);
+crate::isa::isa_modules!(scalar, avx2, avx512, quad);
 
 use crate::codes::{CodeLayout, Levels};
 use crate::isa::{active_isa, dispatch, Isa};

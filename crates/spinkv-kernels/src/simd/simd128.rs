@@ -235,6 +235,17 @@ pub(crate) unsafe fn dot<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 
     }
 }
 
+/// `Σ x[i]·y[i]` over steps of 16 elements in four unfused chains (the shape of NEON's
+/// canonical `dot16`, without its FMA): matvec's row order.
+///
+/// # Safety
+/// `x` and `y` valid for `n` elements.
+#[inline(always)]
+pub(crate) unsafe fn dot16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
+    // SAFETY: as the caller guarantees.
+    unsafe { dot_chains::<L, 4>(x, y, n) }
+}
+
 /// e^x for 4 lanes, the same range reduction and polynomial as the other ISAs (separate
 /// multiply and add: SIMD128 has no FMA).
 #[inline(always)]

@@ -5,7 +5,9 @@
 
 use half::f16;
 
-use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, ValueHalf, MAX_CODED_DIM};
+use super::paged::{
+    KeyBlock, KeyBlockMut, KeyHalf, ScoreRows, ValueBlock, ValueHalf, MAX_CODED_DIM,
+};
 use crate::kernels::{axpy_f32, kv_score, Levels};
 use crate::pack::{pack, unpack, BitLayout};
 
@@ -128,15 +130,8 @@ impl KeyHalf for KiviKeys {
         prepared.copy_from_slice(query);
     }
 
-    fn score(
-        &self,
-        block: KeyBlock<'_>,
-        prepared: &[f32],
-        n_qh: usize,
-        visible: usize,
-        scores: &mut [f32],
-        stride: usize,
-    ) {
+    fn score(&self, block: KeyBlock<'_>, prepared: &[f32], rows: ScoreRows, scores: &mut [f32]) {
+        let (n_qh, visible, stride) = (rows.n_qh, rows.visible, rows.stride);
         let (d, g, bytes) = (self.d, self.group, self.layout.bytes());
         let mut folded = vec![0.0f32; n_qh * d];
         let mut base = vec![0.0f32; n_qh];
@@ -287,8 +282,8 @@ impl ValueHalf for KiviValues {
         }
     }
 
-    fn decode(&self, _layer: usize, _head: usize, side: &[u8], codes_in: &[u8], rows: &mut [f32]) {
-        let d = self.d;
+    fn decode(&self, _layer: usize, _head: usize, block: ValueBlock<'_>, rows: &mut [f32]) {
+        let (d, side, codes_in) = (self.d, block.side, block.codes);
         let mut codes = [0u8; MAX_CODED_DIM];
         for j in 0..self.page_tokens {
             self.decode_token(
@@ -301,17 +296,9 @@ impl ValueHalf for KiviValues {
         }
     }
 
-    fn accumulate(
-        &self,
-        side: &[u8],
-        codes_in: &[u8],
-        weights: &[f32],
-        stride: usize,
-        n_qh: usize,
-        visible: usize,
-        acc: &mut [f32],
-    ) {
-        let d = self.d;
+    fn accumulate(&self, block: ValueBlock<'_>, weights: &[f32], rows: ScoreRows, acc: &mut [f32]) {
+        let (n_qh, visible, stride) = (rows.n_qh, rows.visible, rows.stride);
+        let (d, side, codes_in) = (self.d, block.side, block.codes);
         let mut codes = [0u8; MAX_CODED_DIM];
         let mut row = [0.0f32; MAX_CODED_DIM];
         let (codes, row) = (&mut codes[..d], &mut row[..d]);

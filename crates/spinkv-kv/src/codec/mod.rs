@@ -48,31 +48,13 @@ pub(crate) fn build(
                 config.seed,
             );
             let values = TurboValues::new(shape.n_layers, h, d, p, v_half, config.seed);
-            Box::new(PagedCodec::new(
-                config.codec,
-                keys,
-                values,
-                h,
-                d,
-                p,
-                config.key_norm,
-                0,
-            ))
+            Box::new(PagedCodec::new(keys, values, shape, config, 0))
         }
         KvCodecKind::Kivi => {
             let g = config.kivi_group;
             let keys = KiviKeys::new(d, p, g, k_half as u32 / 2);
             let values = KiviValues::new(d, p, g, v_half as u32 / 2);
-            Box::new(PagedCodec::new(
-                config.codec,
-                keys,
-                values,
-                h,
-                d,
-                p,
-                config.key_norm,
-                g,
-            ))
+            Box::new(PagedCodec::new(keys, values, shape, config, g))
         }
     };
     Ok(Some(codec))

@@ -4,7 +4,7 @@
 
 use super::{PageAccounting, SealedCodec};
 use crate::codebook::CODEBOOK_VERSION;
-use crate::config::{KvCodecKind, NormFormat};
+use crate::config::{KvCodecKind, KvConfig, KvShape, NormFormat};
 use crate::kernels::prefetch_read;
 use crate::page::{
     align16, write_header, PageHeader, FLAG_SEALED, HEADER_BYTES, PAGE_FORMAT_VERSION, PAGE_MAGIC,
@@ -19,6 +19,22 @@ pub(crate) struct KeyBlock<'a> {
     pub(crate) side: &'a [u8],
     pub(crate) codes: &'a [u8],
     pub(crate) residual: &'a [u8],
+}
+
+/// One head's view of a value block.
+#[derive(Clone, Copy)]
+pub(crate) struct ValueBlock<'a> {
+    pub(crate) side: &'a [u8],
+    pub(crate) codes: &'a [u8],
+}
+
+/// The query heads' rows of scores (or softmax weights) against one page: `n_qh` rows,
+/// `stride` apart, of which the first `visible` tokens count.
+#[derive(Clone, Copy)]
+pub(crate) struct ScoreRows {
+    pub(crate) n_qh: usize,
+    pub(crate) visible: usize,
+    pub(crate) stride: usize,
 }
 
 pub(crate) struct KeyBlockMut<'a> {
@@ -39,16 +55,7 @@ pub(crate) trait KeyHalf: Send + Sync {
     /// Floats of prepared state per query head.
     fn prepared_len(&self) -> usize;
     fn prepare(&self, layer: usize, head: usize, query: &[f32], prepared: &mut [f32]);
-    #[allow(clippy::too_many_arguments)]
-    fn score(
-        &self,
-        block: KeyBlock<'_>,
-        prepared: &[f32],
-        n_qh: usize,
-        visible: usize,
-        scores: &mut [f32],
-        stride: usize,
-    );
+    fn score(&self, block: KeyBlock<'_>, prepared: &[f32], rows: ScoreRows, scores: &mut [f32]);
 }
 
 /// Value coding of one head's page block.
@@ -57,18 +64,9 @@ pub(crate) trait ValueHalf: Send + Sync {
     fn side_bytes(&self) -> usize;
     fn code_bytes(&self) -> usize;
     fn encode(&self, layer: usize, head: usize, rows: &[f32], side: &mut [u8], codes: &mut [u8]);
-    fn decode(&self, layer: usize, head: usize, side: &[u8], codes: &[u8], rows: &mut [f32]);
-    #[allow(clippy::too_many_arguments)]
-    fn accumulate(
-        &self,
-        side: &[u8],
-        codes: &[u8],
-        weights: &[f32],
-        stride: usize,
-        n_qh: usize,
-        visible: usize,
-        acc: &mut [f32],
-    );
+    fn decode(&self, layer: usize, head: usize, block: ValueBlock<'_>, rows: &mut [f32]);
+    /// `acc[qh] += Σ_j weights[qh][j] · value_j` (in the half's own domain until `finish`).
+    fn accumulate(&self, block: ValueBlock<'_>, weights: &[f32], rows: ScoreRows, acc: &mut [f32]);
     /// Brings one accumulated row to the plain domain.
     fn finish(&self, layer: usize, head: usize, acc_row: &mut [f32]);
 }
@@ -87,17 +85,16 @@ pub(crate) struct PagedCodec<K, V> {
 }
 
 impl<K: KeyHalf, V: ValueHalf> PagedCodec<K, V> {
-    #[allow(clippy::too_many_arguments)]
+    /// The page format of `config`'s codec for `shape` from its halves; `group` is the header's
+    /// quantisation group (KIVI's, 0 for the others).
     pub(crate) fn new(
-        kind: KvCodecKind,
         keys: K,
         values: V,
-        n_kv_heads: usize,
-        head_dim: usize,
-        page_tokens: usize,
-        norm_format: NormFormat,
+        shape: &KvShape,
+        config: &KvConfig,
         group: usize,
     ) -> Self {
+        let n_kv_heads = shape.n_kv_heads;
         let sections = [
             keys.side_bytes(),
             keys.code_bytes(),
@@ -113,13 +110,13 @@ impl<K: KeyHalf, V: ValueHalf> PagedCodec<K, V> {
         }
         offsets[5] = at;
         PagedCodec {
-            kind,
+            kind: config.codec,
             keys,
             values,
             n_kv_heads,
-            head_dim,
-            page_tokens,
-            norm_format,
+            head_dim: shape.head_dim,
+            page_tokens: config.page_tokens,
+            norm_format: config.key_norm,
             group,
             offsets,
         }
@@ -137,11 +134,20 @@ impl<K: KeyHalf, V: ValueHalf> PagedCodec<K, V> {
         }
     }
 
-    fn value_blocks<'p>(&self, page: &'p [u8], head: usize) -> (&'p [u8], &'p [u8]) {
-        (
-            self.section(page, 3, self.values.side_bytes(), head),
-            self.section(page, 4, self.values.code_bytes(), head),
-        )
+    fn value_block<'p>(&self, page: &'p [u8], head: usize) -> ValueBlock<'p> {
+        ValueBlock {
+            side: self.section(page, 3, self.values.side_bytes(), head),
+            codes: self.section(page, 4, self.values.code_bytes(), head),
+        }
+    }
+
+    /// The `[n_qh][page_tokens]` score (or weight) rows of a page call.
+    fn score_rows(&self, n_qh: usize, visible: usize) -> ScoreRows {
+        ScoreRows {
+            n_qh,
+            visible,
+            stride: self.page_tokens,
+        }
     }
 }
 
@@ -245,12 +251,10 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
                 self.key_block(page, head),
                 &mut keys[head * run..(head + 1) * run],
             );
-            let (side, codes) = self.value_blocks(page, head);
             self.values.decode(
                 layer,
                 head,
-                side,
-                codes,
+                self.value_block(page, head),
                 &mut values[head * run..(head + 1) * run],
             );
         }
@@ -280,8 +284,8 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
         scores: &mut [f32],
     ) {
         let block = self.key_block(page, kv_head);
-        self.keys
-            .score(block, prepared, n_qh, visible, scores, self.page_tokens);
+        let rows = self.score_rows(n_qh, visible);
+        self.keys.score(block, prepared, rows, scores);
     }
 
     fn accumulate_page(
@@ -293,20 +297,20 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
         visible: usize,
         acc: &mut [f32],
     ) {
-        let (side, codes) = self.value_blocks(page, kv_head);
-        self.values
-            .accumulate(side, codes, weights, self.page_tokens, n_qh, visible, acc);
+        let block = self.value_block(page, kv_head);
+        let rows = self.score_rows(n_qh, visible);
+        self.values.accumulate(block, weights, rows, acc);
     }
 
     fn prefetch(&self, page: &[u8], kv_head: usize) {
         let keys = self.key_block(page, kv_head);
-        let (value_side, value_codes) = self.value_blocks(page, kv_head);
+        let values = self.value_block(page, kv_head);
         for section in [
             keys.side,
             keys.codes,
             keys.residual,
-            value_side,
-            value_codes,
+            values.side,
+            values.codes,
         ] {
             prefetch_read(section);
         }

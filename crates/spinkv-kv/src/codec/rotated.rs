@@ -56,7 +56,7 @@ impl RotatedQuantizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::paged::ValueHalf;
+    use crate::codec::paged::{ValueBlock, ValueHalf};
     use crate::codec::turbo_value::TurboValues;
     use crate::rng::SplitMix64;
     use crate::transform::{Rotation, PURPOSE_VALUE_ROTATION};
@@ -154,7 +154,11 @@ mod tests {
             let mut codes = vec![0u8; codec.code_bytes()];
             codec.encode(0, 0, &rows, &mut side, &mut codes);
             let mut back = vec![0.0f32; p * d];
-            codec.decode(0, 0, &side, &codes, &mut back);
+            let block = ValueBlock {
+                side: &side,
+                codes: &codes,
+            };
+            codec.decode(0, 0, block, &mut back);
             let mse = rows
                 .iter()
                 .zip(&back)

@@ -13,7 +13,7 @@
 use super::norm::{
     decode_f16, decode_log_u8, encode_f16, encode_log_u8, log_u8_bytes, with_floats,
 };
-use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, MAX_CODED_DIM};
+use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, ScoreRows, MAX_CODED_DIM};
 use super::qjl::Qjl;
 use super::rotated::RotatedQuantizer;
 use crate::config::NormFormat;
@@ -200,15 +200,8 @@ impl KeyHalf for TurboKeys {
         }
     }
 
-    fn score(
-        &self,
-        block: KeyBlock<'_>,
-        prepared: &[f32],
-        n_qh: usize,
-        visible: usize,
-        scores: &mut [f32],
-        stride: usize,
-    ) {
+    fn score(&self, block: KeyBlock<'_>, prepared: &[f32], rows: ScoreRows, scores: &mut [f32]) {
+        let (n_qh, visible, stride) = (rows.n_qh, rows.visible, rows.stride);
         let d = self.d;
         let bytes = self.token_code_bytes();
         let per = self.prepared_len();

@@ -5,7 +5,7 @@
 //! rotated back once per step (`finish`), never per token.
 
 use super::norm::{decode_log_u8, encode_log_u8, log_u8_bytes, with_floats};
-use super::paged::{ValueHalf, MAX_CODED_DIM};
+use super::paged::{ScoreRows, ValueBlock, ValueHalf, MAX_CODED_DIM};
 use super::rotated::RotatedQuantizer;
 use super::turbo_key::unit_rotated;
 use crate::kernels::kv_accumulate;
@@ -104,8 +104,8 @@ impl ValueHalf for TurboValues {
         encode_log_u8(&mut scales, side);
     }
 
-    fn decode(&self, layer: usize, head: usize, side: &[u8], codes_in: &[u8], rows: &mut [f32]) {
-        let d = self.d;
+    fn decode(&self, layer: usize, head: usize, block: ValueBlock<'_>, rows: &mut [f32]) {
+        let (d, side, codes_in) = (self.d, block.side, block.codes);
         let bytes = self.quantizer.layout.bytes();
         let p = self.page_tokens;
         let mut scales = vec![0.0f32; p];
@@ -121,17 +121,9 @@ impl ValueHalf for TurboValues {
         }
     }
 
-    fn accumulate(
-        &self,
-        side: &[u8],
-        codes_in: &[u8],
-        weights: &[f32],
-        stride: usize,
-        n_qh: usize,
-        visible: usize,
-        acc: &mut [f32],
-    ) {
-        let d = self.d;
+    fn accumulate(&self, block: ValueBlock<'_>, weights: &[f32], rows: ScoreRows, acc: &mut [f32]) {
+        let (n_qh, visible, stride) = (rows.n_qh, rows.visible, rows.stride);
+        let (d, side, codes_in) = (self.d, block.side, block.codes);
         let bytes = self.quantizer.layout.bytes();
         let (layout, levels) = (self.quantizer.code_layout(), self.quantizer.levels());
         with_floats(visible, |scales| {

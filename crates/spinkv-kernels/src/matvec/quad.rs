@@ -1,0 +1,22 @@
+//! NEON / SIMD128 matvec, one body for both 4-lane ISAs: one row at a time, each row
+//! `quad::dot16` — four 4-lane chains over 16 elements of k per step (FMA chains, canonical,
+//! on NEON; separate multiply and add on SIMD128, which has no FMA).
+
+use crate::simd::quad::{dot16, Lanes};
+use crate::WeightRef;
+use std::ops::Range;
+
+/// # Safety
+/// NEON or SIMD128 (whichever this build has); shapes as checked by `super::check_shapes`.
+pub unsafe fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+    crate::weight::with_slice!(w, |w| matvec_lanes(w, k, x, rows, y))
+}
+
+fn matvec_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+    super::check_shapes(w.len(), k, x, &rows, y);
+    for (out, r) in y.iter_mut().zip(rows) {
+        // SAFETY: r < rows.end, so row r (k elements) lies inside w per the shape check; x
+        // holds k elements.
+        *out = unsafe { dot16(w.as_ptr().add(r * k), x.as_ptr(), k) };
+    }
+}
