@@ -95,6 +95,34 @@ impl PageHeader {
         ]
     }
 
+    /// Every field but the magic and the checksum, by name, widened to u64: what a reader
+    /// compares with the header it expects (a snapshot reports the first that differs).
+    pub(crate) fn named_fields(&self) -> [(&'static str, u64); 21] {
+        [
+            ("codec", self.codec.into()),
+            ("flags", self.flags.into()),
+            ("k_bits", self.k_half_bits.into()),
+            ("v_bits", self.v_half_bits.into()),
+            ("norm_format", self.norm_format.into()),
+            ("codebook_version", self.codebook_version.into()),
+            ("layer", self.layer.into()),
+            ("n_kv_heads", self.n_kv_heads.into()),
+            ("head_dim", self.head_dim.into()),
+            ("page_tokens", self.page_tokens.into()),
+            ("tokens", self.tokens.into()),
+            ("group", self.group.into()),
+            ("first_token", self.first_token.into()),
+            ("k_side", self.k_side.into()),
+            ("k_codes", self.k_codes.into()),
+            ("k_residual", self.k_residual.into()),
+            ("v_side", self.v_side.into()),
+            ("v_codes", self.v_codes.into()),
+            ("body_end", self.body_end.into()),
+            ("reserved", u64::from_le_bytes(self.reserved)),
+            ("version", self.version.into()),
+        ]
+    }
+
     pub fn codec_kind(&self) -> Option<KvCodecKind> {
         KvCodecKind::from_code(self.codec)
     }

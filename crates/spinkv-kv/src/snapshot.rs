@@ -390,67 +390,13 @@ fn check_header(
         index,
         source,
     })?;
-    let fields: [(&'static str, u64, u64); 21] = [
-        ("codec", found.codec.into(), expected.codec.into()),
-        ("flags", found.flags.into(), expected.flags.into()),
-        (
-            "k_bits",
-            found.k_half_bits.into(),
-            expected.k_half_bits.into(),
-        ),
-        (
-            "v_bits",
-            found.v_half_bits.into(),
-            expected.v_half_bits.into(),
-        ),
-        (
-            "norm_format",
-            found.norm_format.into(),
-            expected.norm_format.into(),
-        ),
-        (
-            "codebook_version",
-            found.codebook_version.into(),
-            expected.codebook_version.into(),
-        ),
-        ("layer", found.layer.into(), expected.layer.into()),
-        (
-            "n_kv_heads",
-            found.n_kv_heads.into(),
-            expected.n_kv_heads.into(),
-        ),
-        ("head_dim", found.head_dim.into(), expected.head_dim.into()),
-        (
-            "page_tokens",
-            found.page_tokens.into(),
-            expected.page_tokens.into(),
-        ),
-        ("tokens", found.tokens.into(), expected.tokens.into()),
-        ("group", found.group.into(), expected.group.into()),
-        (
-            "first_token",
-            found.first_token.into(),
-            expected.first_token.into(),
-        ),
-        ("k_side", found.k_side.into(), expected.k_side.into()),
-        ("k_codes", found.k_codes.into(), expected.k_codes.into()),
-        (
-            "k_residual",
-            found.k_residual.into(),
-            expected.k_residual.into(),
-        ),
-        ("v_side", found.v_side.into(), expected.v_side.into()),
-        ("v_codes", found.v_codes.into(), expected.v_codes.into()),
-        ("body_end", found.body_end.into(), expected.body_end.into()),
-        (
-            "reserved",
-            u64::from_le_bytes(found.reserved),
-            u64::from_le_bytes(expected.reserved),
-        ),
-        ("version", found.version.into(), expected.version.into()),
-    ];
-    match fields.iter().find(|(_, a, b)| a != b) {
-        Some(&(field, _, _)) => Err(SnapshotError::Header {
+    let mismatch = found
+        .named_fields()
+        .into_iter()
+        .zip(expected.named_fields())
+        .find(|((_, found), (_, expected))| found != expected);
+    match mismatch {
+        Some(((field, _), _)) => Err(SnapshotError::Header {
             layer,
             index,
             field,

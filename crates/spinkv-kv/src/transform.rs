@@ -10,12 +10,38 @@
 //! onto itself: exactly `d` coordinates are stored and no padding ever is. For power-of-two
 //! dims this is the single-block transform.
 
+use crate::config::KvShape;
 use crate::kernels::fwht;
 use crate::rng::SplitMix64;
 
 /// Seed purpose tags (part of the cache identity).
 pub(crate) const PURPOSE_KEY_ROTATION: u64 = 1;
 pub(crate) const PURPOSE_VALUE_ROTATION: u64 = 2;
+
+/// One [`Rotation`] per (layer, KV head), each from its own stream of the seed.
+#[derive(Clone, Debug)]
+pub(crate) struct HeadRotations {
+    /// `[layer · n_kv_heads + head]`.
+    rotations: Vec<Rotation>,
+    n_kv_heads: usize,
+}
+
+impl HeadRotations {
+    pub(crate) fn new(shape: &KvShape, seed: u64, purpose: u64) -> Self {
+        let (d, n_kv_heads) = (shape.head_dim, shape.n_kv_heads);
+        let rotations = (0..shape.n_layers * n_kv_heads)
+            .map(|i| Rotation::new(d, seed, purpose, i / n_kv_heads, i % n_kv_heads))
+            .collect();
+        HeadRotations {
+            rotations,
+            n_kv_heads,
+        }
+    }
+
+    pub(crate) fn get(&self, layer: usize, head: usize) -> &Rotation {
+        &self.rotations[layer * self.n_kv_heads + head]
+    }
+}
 
 #[derive(Clone, Debug)]
 pub(crate) struct Rotation {

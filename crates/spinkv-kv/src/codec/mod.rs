@@ -26,7 +26,7 @@ pub(crate) fn build(
     if config.codec == KvCodecKind::Fp16 {
         return Ok(None);
     }
-    let (d, h, p) = (shape.head_dim, shape.n_kv_heads, config.page_tokens);
+    let (d, p) = (shape.head_dim, config.page_tokens);
     if d > MAX_CODED_DIM {
         return Err(KvError::InvalidConfig(format!(
             "head_dim {d} exceeds {MAX_CODED_DIM}, the largest the compressing codecs support"
@@ -37,17 +37,8 @@ pub(crate) fn build(
         KvCodecKind::Fp16 => unreachable!("handled above"),
         KvCodecKind::Turbo | KvCodecKind::TurboQjl => {
             let qjl = config.codec == KvCodecKind::TurboQjl;
-            let keys = TurboKeys::new(
-                shape.n_layers,
-                h,
-                d,
-                p,
-                k_half,
-                config.key_norm,
-                qjl,
-                config.seed,
-            );
-            let values = TurboValues::new(shape.n_layers, h, d, p, v_half, config.seed);
+            let keys = TurboKeys::new(shape, p, k_half, config.key_norm, qjl, config.seed);
+            let values = TurboValues::new(shape, p, v_half, config.seed);
             Box::new(PagedCodec::new(keys, values, shape, config, 0))
         }
         KvCodecKind::Kivi => {

@@ -145,7 +145,13 @@ mod tests {
     fn value_codec_round_trip_error() {
         let (d, p) = (64, 32);
         for half_bits in 4..=8u8 {
-            let codec = TurboValues::new(1, 1, d, p, half_bits, 99);
+            let shape = crate::config::KvShape {
+                n_layers: 1,
+                n_heads: 1,
+                n_kv_heads: 1,
+                head_dim: d,
+            };
+            let codec = TurboValues::new(&shape, p, half_bits, 99);
             let mut rng = SplitMix64::new(half_bits as u64);
             let rows: Vec<f32> = (0..p)
                 .flat_map(|_| random_unit(&mut rng, d).into_iter().map(|v| v * 3.0))

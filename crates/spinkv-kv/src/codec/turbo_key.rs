@@ -16,10 +16,10 @@ use super::norm::{
 use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, ScoreRows, MAX_CODED_DIM};
 use super::qjl::Qjl;
 use super::rotated::RotatedQuantizer;
-use crate::config::NormFormat;
+use crate::config::{KvShape, NormFormat};
 use crate::kernels::kv_score;
 use crate::pack::pack;
-use crate::transform::{Rotation, PURPOSE_KEY_ROTATION};
+use crate::transform::{HeadRotations, Rotation, PURPOSE_KEY_ROTATION};
 
 pub(crate) struct TurboKeys {
     d: usize,
@@ -27,37 +27,23 @@ pub(crate) struct TurboKeys {
     half_bits: u8,
     quantizer: RotatedQuantizer,
     norm: NormFormat,
-    /// `[layer · n_kv_heads + head]`.
-    rotations: Vec<Rotation>,
-    n_kv_heads: usize,
+    rotations: HeadRotations,
     qjl: Option<Qjl>,
 }
 
 impl TurboKeys {
     /// `half_bits`: the total key rate; with QJL one bit per channel of it goes to the sketch.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        n_layers: usize,
-        n_kv_heads: usize,
-        d: usize,
+        shape: &KvShape,
         page_tokens: usize,
         half_bits: u8,
         norm: NormFormat,
         with_qjl: bool,
         seed: u64,
     ) -> Self {
+        let d = shape.head_dim;
         let mse_half_bits = if with_qjl { half_bits - 2 } else { half_bits };
-        let rotations = (0..n_layers * n_kv_heads)
-            .map(|i| {
-                Rotation::new(
-                    d,
-                    seed,
-                    PURPOSE_KEY_ROTATION,
-                    i / n_kv_heads,
-                    i % n_kv_heads,
-                )
-            })
-            .collect();
+        let rotations = HeadRotations::new(shape, seed, PURPOSE_KEY_ROTATION);
         TurboKeys {
             d,
             page_tokens,
@@ -65,13 +51,12 @@ impl TurboKeys {
             quantizer: RotatedQuantizer::new(d, mse_half_bits),
             norm,
             rotations,
-            n_kv_heads,
             qjl: with_qjl.then(|| Qjl::new(d, seed)),
         }
     }
 
     fn rotation(&self, layer: usize, head: usize) -> &Rotation {
-        &self.rotations[layer * self.n_kv_heads + head]
+        self.rotations.get(layer, head)
     }
 
     fn token_code_bytes(&self) -> usize {

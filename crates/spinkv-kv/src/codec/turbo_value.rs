@@ -8,51 +8,34 @@ use super::norm::{decode_log_u8, encode_log_u8, log_u8_bytes, with_floats};
 use super::paged::{ScoreRows, ValueBlock, ValueHalf, MAX_CODED_DIM};
 use super::rotated::RotatedQuantizer;
 use super::turbo_key::unit_rotated;
+use crate::config::KvShape;
 use crate::kernels::kv_accumulate;
 use crate::pack::pack;
-use crate::transform::{Rotation, PURPOSE_VALUE_ROTATION};
+use crate::transform::{HeadRotations, Rotation, PURPOSE_VALUE_ROTATION};
 
 pub(crate) struct TurboValues {
     d: usize,
     page_tokens: usize,
     half_bits: u8,
     quantizer: RotatedQuantizer,
-    rotations: Vec<Rotation>,
-    n_kv_heads: usize,
+    rotations: HeadRotations,
 }
 
 impl TurboValues {
-    pub(crate) fn new(
-        n_layers: usize,
-        n_kv_heads: usize,
-        d: usize,
-        page_tokens: usize,
-        half_bits: u8,
-        seed: u64,
-    ) -> Self {
-        let rotations = (0..n_layers * n_kv_heads)
-            .map(|i| {
-                Rotation::new(
-                    d,
-                    seed,
-                    PURPOSE_VALUE_ROTATION,
-                    i / n_kv_heads,
-                    i % n_kv_heads,
-                )
-            })
-            .collect();
+    pub(crate) fn new(shape: &KvShape, page_tokens: usize, half_bits: u8, seed: u64) -> Self {
+        let d = shape.head_dim;
+        let rotations = HeadRotations::new(shape, seed, PURPOSE_VALUE_ROTATION);
         TurboValues {
             d,
             page_tokens,
             half_bits,
             quantizer: RotatedQuantizer::new(d, half_bits),
             rotations,
-            n_kv_heads,
         }
     }
 
     fn rotation(&self, layer: usize, head: usize) -> &Rotation {
-        &self.rotations[layer * self.n_kv_heads + head]
+        self.rotations.get(layer, head)
     }
 }
 
