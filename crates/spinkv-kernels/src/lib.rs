@@ -52,7 +52,7 @@ pub use splitmix::splitmix64;
 pub use swiglu::swiglu;
 pub use vec_f16::{axpy_f16, dot_f16};
 pub use vec_f32::{axpy_f32, dot_f32, mul_f32, scale_f32};
-pub use weight::{WeightDtype, WeightRef};
+pub use weight::{Q8Weights, WeightDtype, WeightRef, Q8_BLOCK};
 
 #[cfg(any(test, feature = "parity"))]
 pub mod parity;

@@ -108,3 +108,20 @@ pub(crate) fn canonical(
         all_close(simd, scalar, scale, what)
     }
 }
+
+/// Q8_0 row lengths: whole blocks, one to many.
+pub(crate) const Q8_SIZES: [usize; 5] = [32, 64, 96, 576, 1536];
+
+/// A random Q8_0 matrix of `n` weights: codes over the whole i8 range but -128, scales in
+/// (0, 1/64] as a quantizer makes them (absmax / 127).
+pub(crate) fn random_q8(seed: u64, n: usize) -> (Vec<i8>, Vec<half::f16>) {
+    let codes = random_vec(seed, n)
+        .iter()
+        .map(|&v| (v * 127.0).round() as i8)
+        .collect();
+    let scales = random_vec(seed ^ 0x5eed, n / crate::weight::Q8_BLOCK)
+        .iter()
+        .map(|&v| half::f16::from_f32((v.abs() + 0.01) / 64.0))
+        .collect();
+    (codes, scales)
+}

@@ -7,13 +7,19 @@ pub enum WeightDtype {
     F16,
     Bf16,
     F32,
+    /// 8-bit codes with one f16 scale per block of [`Q8_BLOCK`] weights (llama.cpp's Q8_0).
+    Q8_0,
 }
+
+/// Weights per Q8_0 scale.
+pub const Q8_BLOCK: usize = 32;
 
 impl WeightDtype {
     pub const fn size_bytes(self) -> usize {
         match self {
             WeightDtype::F16 | WeightDtype::Bf16 => 2,
             WeightDtype::F32 => 4,
+            WeightDtype::Q8_0 => 1,
         }
     }
 
@@ -22,6 +28,7 @@ impl WeightDtype {
             WeightDtype::F16 => "f16",
             WeightDtype::Bf16 => "bf16",
             WeightDtype::F32 => "f32",
+            WeightDtype::Q8_0 => "q8_0",
         }
     }
 }
@@ -33,6 +40,37 @@ pub enum WeightRef<'a> {
     F16(&'a [f16]),
     Bf16(&'a [bf16]),
     F32(&'a [f32]),
+    Q8_0(Q8Weights<'a>),
+}
+
+/// A Q8_0 matrix `[n_rows, k]` (`k` a multiple of [`Q8_BLOCK`]): weight `i` of the row-major
+/// order is `codes[i] · scales[i / Q8_BLOCK]`. Codes and scales are separate arrays (not
+/// GGUF's interleaved 34-byte blocks) so both load aligned.
+#[derive(Clone, Copy, Debug)]
+pub struct Q8Weights<'a> {
+    pub codes: &'a [i8],
+    pub scales: &'a [f16],
+}
+
+impl<'a> Q8Weights<'a> {
+    /// None unless there is one scale per block of codes.
+    pub fn new(codes: &'a [i8], scales: &'a [f16]) -> Option<Self> {
+        (codes.len() == scales.len() * Q8_BLOCK).then_some(Q8Weights { codes, scales })
+    }
+
+    /// Weight `i`, exactly (an 8-bit code times an f16 scale fits f32's mantissa).
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> f32 {
+        self.codes[i] as f32 * self.scales[i / Q8_BLOCK].to_f32()
+    }
+
+    /// Rows `rows` (of `k` weights) dequantized into `out` (`rows.len() * k` floats).
+    pub fn dequantize_rows(&self, k: usize, rows: std::ops::Range<usize>, out: &mut [f32]) {
+        let start = rows.start * k;
+        for (i, o) in out[..rows.len() * k].iter_mut().enumerate() {
+            *o = self.get(start + i);
+        }
+    }
 }
 
 impl<'a> WeightRef<'a> {
@@ -41,6 +79,7 @@ impl<'a> WeightRef<'a> {
             WeightRef::F16(w) => w.len(),
             WeightRef::Bf16(w) => w.len(),
             WeightRef::F32(w) => w.len(),
+            WeightRef::Q8_0(w) => w.codes.len(),
         }
     }
 
@@ -53,6 +92,7 @@ impl<'a> WeightRef<'a> {
             WeightRef::F16(_) => WeightDtype::F16,
             WeightRef::Bf16(_) => WeightDtype::Bf16,
             WeightRef::F32(_) => WeightDtype::F32,
+            WeightRef::Q8_0(_) => WeightDtype::Q8_0,
         }
     }
 
@@ -67,18 +107,21 @@ impl<'a> WeightRef<'a> {
                 }
             }
             WeightRef::F32(w) => out.copy_from_slice(&w[range]),
+            WeightRef::Q8_0(w) => w.dequantize_rows(k, row..row + 1, out),
         }
     }
 }
 
 /// `$body` with `$s` bound to the weight's slice, instantiated once per storage dtype (the
-/// SIMD kernels are generic over `crate::simd::Lanes`).
+/// SIMD kernels are generic over `crate::simd::Lanes`). Q8_0 weights take `$q8` (bound to
+/// the `Q8Weights`) instead.
 macro_rules! with_slice {
-    ($w:expr, |$s:ident| $body:expr) => {
+    ($w:expr, |$s:ident| $body:expr, |$q:ident| $q8:expr) => {
         match $w {
             $crate::WeightRef::F16($s) => $body,
             $crate::WeightRef::Bf16($s) => $body,
             $crate::WeightRef::F32($s) => $body,
+            $crate::WeightRef::Q8_0($q) => $q8,
         }
     };
 }

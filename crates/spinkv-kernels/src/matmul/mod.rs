@@ -113,6 +113,38 @@ pub(crate) fn check_shapes(w: WeightRef<'_>, k: usize, x: &[f32], rows: &Range<u
     check_shapes_generic(w.len(), k, x, rows, y)
 }
 
+/// Q8_0 matmul on every ISA: rows dequantized (exactly) a block at a time into an f32
+/// scratch, `kernel(rows_f32, n_rows, y_block)` computes `y_block = [n_tokens, n_rows]` with
+/// the ISA's f32 kernel, and the block is scattered into `y` — so the result equals the f32
+/// kernel's on the dequantized matrix. Prefill is compute-bound: widening i8 once per block of
+/// rows costs little next to the tile's FMAs.
+pub(crate) fn q8_by_dequantized_rows(
+    w: crate::weight::Q8Weights<'_>,
+    k: usize,
+    x: &[f32],
+    rows: Range<usize>,
+    y: &mut [f32],
+    mut kernel: impl FnMut(&[f32], usize, &mut [f32]),
+) {
+    crate::matvec::check_q8_row(k);
+    let n_tokens = x.len() / k;
+    let n_out = rows.len();
+    let per_block = (crate::matvec::Q8_SCRATCH_FLOATS / k)
+        .max(1)
+        .min(n_out.max(1));
+    let mut scratch = vec![0.0f32; per_block * k];
+    let mut y_block = vec![0.0f32; per_block * n_tokens];
+    for first in rows.clone().step_by(per_block) {
+        let n = per_block.min(rows.end - first);
+        w.dequantize_rows(k, first..first + n, &mut scratch[..n * k]);
+        kernel(&scratch[..n * k], n, &mut y_block[..n * n_tokens]);
+        let column = first - rows.start;
+        for (t, out) in y_block[..n * n_tokens].chunks_exact(n).enumerate() {
+            y[t * n_out + column..][..n].copy_from_slice(out);
+        }
+    }
+}
+
 pub(crate) fn check_shapes_generic(
     w_len: usize,
     k: usize,
@@ -161,6 +193,23 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
                     format!("matmul {:?} k={k} tokens={n_tokens}", w.dtype())
                 })?;
             }
+        }
+    }
+    for &k in &Q8_SIZES {
+        // 70 rows span more than one dequantized block when k = 576 or 1536.
+        for &(n_rows, n_tokens) in &[(1, 1), (9, 5), (70, 3)] {
+            let (codes, scales) = random_q8(k as u64 + 5, n_rows * k);
+            let w = WeightRef::Q8_0(crate::Q8Weights::new(&codes, &scales).unwrap());
+            let x = random_vec(11 + k as u64, n_tokens * k);
+            let rows = n_rows / 3..n_rows;
+            let mut expected = vec![0.0; n_tokens * rows.len()];
+            scalar::matmul(w, k, &x, rows.clone(), &mut expected);
+            let mut got = vec![0.0; expected.len()];
+            // SAFETY: `isa` comes from the runnable list.
+            unsafe { matmul_on(isa, w, k, &x, rows.clone(), &mut got) };
+            canonical(isa, &got, &expected, k as f32, &|| {
+                format!("matmul q8_0 k={k} rows={n_rows} tokens={n_tokens}")
+            })?;
         }
     }
     Ok(())

@@ -19,7 +19,13 @@ use isa::{tile, ROWS, TOKENS};
 /// # Safety
 /// NEON or SIMD128 (whichever this build has); shapes as checked by `super::check_shapes`.
 pub unsafe fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
-    crate::weight::with_slice!(w, |w| matmul_lanes(w, k, x, rows, y))
+    crate::weight::with_slice!(
+        w,
+        |w| matmul_lanes(w, k, x, rows, y),
+        |q| super::q8_by_dequantized_rows(q, k, x, rows, y, |block, n, y| {
+            matmul_lanes(block, k, x, 0..n, y)
+        })
+    )
 }
 
 fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {

@@ -9,6 +9,14 @@ pub fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut
         WeightRef::F16(w) => matmul_generic(w, |v| v.to_f32(), k, x, rows, y),
         WeightRef::Bf16(w) => matmul_generic(w, |v| v.to_f32(), k, x, rows, y),
         WeightRef::F32(w) => matmul_generic(w, |v| v, k, x, rows, y),
+        WeightRef::Q8_0(w) => {
+            let n_out = rows.len();
+            for (x_row, y_row) in x.chunks_exact(k).zip(y.chunks_exact_mut(n_out.max(1))) {
+                for (out, r) in y_row.iter_mut().zip(rows.clone()) {
+                    *out = crate::canon::dot_by_index(x_row, |i| w.get(r * k + i));
+                }
+            }
+        }
     }
 }
 

@@ -69,7 +69,13 @@ tiles! {
 unsafe fn matmul<V: Tiles>(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
     // SAFETY: `V`'s features (caller).
     unsafe {
-        crate::weight::with_slice!(w, |w| matmul_lanes::<V, _>(w, k, x, rows, y))
+        crate::weight::with_slice!(
+            w,
+            |w| matmul_lanes::<V, _>(w, k, x, rows, y),
+            |q| super::q8_by_dequantized_rows(q, k, x, rows, y, |block, n, y| {
+                matmul_lanes::<V, f32>(block, k, x, 0..n, y)
+            })
+        )
     }
 }
 

@@ -9,7 +9,13 @@ use std::ops::Range;
 /// # Safety
 /// NEON or SIMD128 (whichever this build has); shapes as checked by `super::check_shapes`.
 pub unsafe fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
-    crate::weight::with_slice!(w, |w| matvec_lanes(w, k, x, rows, y))
+    crate::weight::with_slice!(
+        w,
+        |w| matvec_lanes(w, k, x, rows, y),
+        |q| super::q8_by_dequantized_rows(q, k, rows, y, |block, y| {
+            matvec_lanes(block, k, x, 0..y.len(), y)
+        })
+    )
 }
 
 fn matvec_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {

@@ -12,6 +12,7 @@ pub fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut
             WeightRef::F16(w) => canon::dot(&w[span], x, |v| v.to_f32()),
             WeightRef::Bf16(w) => canon::dot(&w[span], x, |v| v.to_f32()),
             WeightRef::F32(w) => canon::dot(&w[span], x, |v| v),
+            WeightRef::Q8_0(w) => canon::dot_by_index(x, |i| w.get(span.start + i)),
         };
     }
 }

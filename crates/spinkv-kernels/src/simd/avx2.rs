@@ -50,6 +50,18 @@ pub(crate) unsafe fn load8_bf16(ptr: *const bf16) -> __m256 {
     _mm256_castsi256_ps(_mm256_slli_epi32::<16>(raw))
 }
 
+/// 8 signed bytes widened to f32 (exactly: |v| <= 128).
+///
+/// # Safety
+/// As [`load8_f32`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn load8_i8(ptr: *const i8) -> __m256 {
+    // SAFETY: as the caller guarantees (8 bytes).
+    let raw = unsafe { _mm_loadl_epi64(ptr as *const __m128i) };
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw))
+}
+
 /// e^x for 8 lanes; inputs below -87.3 flush to 0 (including -inf), so masked scores vanish.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

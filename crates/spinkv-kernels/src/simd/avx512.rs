@@ -75,6 +75,30 @@ pub(crate) unsafe fn load16_bf16(ptr: *const bf16) -> __m512 {
     _mm512_castsi512_ps(_mm512_slli_epi32::<16>(raw))
 }
 
+/// 16 signed bytes widened to f32 (exactly).
+///
+/// # Safety
+/// As [`load16_f32`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn load16_i8(ptr: *const i8) -> __m512 {
+    // SAFETY: caller guarantees 16 readable bytes.
+    let raw = unsafe { _mm_loadu_si128(ptr as *const __m128i) };
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw))
+}
+
+/// As [`load16_masked_f32`], for signed bytes.
+///
+/// # Safety
+/// As [`load16_masked_f32`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn load16_masked_i8(ptr: *const i8, mask: __mmask16) -> __m512 {
+    // SAFETY: masked-off lanes are not accessed (AVX512BW+VL masked byte load).
+    let raw = unsafe { _mm_maskz_loadu_epi8(mask, ptr) };
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw))
+}
+
 /// As [`load16_masked_f32`], for bf16.
 ///
 /// # Safety

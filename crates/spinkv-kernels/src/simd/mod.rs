@@ -119,6 +119,16 @@ lanes!(
     load4_bf16
 );
 
+lanes!(
+    i8,
+    false,
+    |v: i8| v as f32,
+    load8_i8,
+    load16_i8,
+    load16_masked_i8,
+    load4_i8
+);
+
 /// Constants of the vector `exp` every ISA shares (Cephes-style: x = n·ln2 + r, degree-6
 /// polynomial for e^r), so all SIMD versions round alike.
 #[cfg_attr(

@@ -65,6 +65,20 @@ pub(crate) unsafe fn load4_bf16(ptr: *const bf16) -> F4 {
     unsafe { vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(ptr as *const u16))) }
 }
 
+/// # Safety
+/// As [`load4_f32`].
+#[inline(always)]
+pub(crate) unsafe fn load4_i8(ptr: *const i8) -> F4 {
+    // SAFETY: caller guarantees 4 readable bytes; read as one u32, then sign-extended.
+    let bytes = unsafe { ptr.cast::<[i8; 4]>().read_unaligned() };
+    let words = i32::from_ne_bytes(bytes.map(|b| b as u8));
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe {
+        let lanes = vreinterpret_s8_s32(vdup_n_s32(words));
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(lanes))))
+    }
+}
+
 /// `ptr` valid for 4 floats.
 #[inline(always)]
 pub(crate) unsafe fn load(ptr: *const f32) -> F4 {

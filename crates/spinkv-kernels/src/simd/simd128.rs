@@ -93,6 +93,15 @@ pub(crate) unsafe fn load4_bf16(ptr: *const bf16) -> F4 {
     i32x4_shl(u32x4_extend_low_u16x8(raw), 16)
 }
 
+/// # Safety
+/// As [`load4_f32`].
+#[inline(always)]
+pub(crate) unsafe fn load4_i8(ptr: *const i8) -> F4 {
+    // SAFETY: caller guarantees 4 readable bytes.
+    let raw = unsafe { v128_load32_zero(ptr as *const u32) };
+    f32x4_convert_i32x4(i32x4_extend_low_i16x8(i16x8_extend_low_i8x16(raw)))
+}
+
 /// `ptr` valid for 4 floats.
 #[inline(always)]
 pub(crate) unsafe fn load(ptr: *const f32) -> F4 {
