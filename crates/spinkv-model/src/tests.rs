@@ -770,3 +770,123 @@ fn weights_from_bytes_match_the_mapped_files() {
         Err(ModelError::NoWeights(_))
     ));
 }
+
+/// Q8_0 as a quantizer writes it: per block of 32, scale = absmax / 127 (as f16), codes
+/// rounded. Returns (codes, scales, the dequantized values the runtime must compute with).
+fn quantize_q8(values: &[f32]) -> (Vec<i8>, Vec<f16>, Vec<f32>) {
+    let (mut codes, mut scales, mut dequantized) = (Vec::new(), Vec::new(), Vec::new());
+    for block in values.chunks(spinkv_kernels::Q8_BLOCK) {
+        let absmax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = f16::from_f32(absmax / 127.0);
+        let inverse = if absmax > 0.0 { 127.0 / absmax } else { 0.0 };
+        scales.push(scale);
+        for &v in block {
+            let code = (v * inverse).round().clamp(-127.0, 127.0) as i8;
+            codes.push(code);
+            dequantized.push(code as f32 * scale.to_f32());
+        }
+    }
+    (codes, scales, dequantized)
+}
+
+#[test]
+fn q8_0_weights_compute_exactly_as_their_dequantized_f32() {
+    let tensors = tiny_tensors(true);
+    let mut dense = BTreeMap::new();
+    let mut stored: Vec<(String, Vec<usize>, Dtype, Vec<u8>)> = Vec::new();
+    let mut quantized = 0;
+    for (name, (shape, values)) in &tensors {
+        let whole_blocks = shape.len() == 2 && shape[1] % spinkv_kernels::Q8_BLOCK == 0;
+        if !whole_blocks {
+            dense.insert(name.clone(), (shape.clone(), values.clone()));
+            let (dtype, bytes) = encode(values, Store::F32);
+            stored.push((name.clone(), shape.clone(), dtype, bytes));
+            continue;
+        }
+        quantized += 1;
+        let (codes, scales, dequantized) = quantize_q8(values);
+        dense.insert(name.clone(), (shape.clone(), dequantized));
+        let scale_shape = vec![shape[0], shape[1] / spinkv_kernels::Q8_BLOCK];
+        stored.push((
+            name.clone(),
+            shape.clone(),
+            Dtype::I8,
+            bytemuck::cast_slice(&codes).to_vec(),
+        ));
+        stored.push((
+            format!("{name}{}", crate::weights::Q8_SCALE_SUFFIX),
+            scale_shape,
+            Dtype::F16,
+            bytemuck::cast_slice(&scales).to_vec(),
+        ));
+    }
+    assert!(quantized >= 4, "the tiny model has q8_0-shaped matrices");
+    let views = stored.iter().map(|(name, shape, dtype, bytes)| {
+        (
+            name.clone(),
+            TensorView::new(*dtype, shape.clone(), bytes).unwrap(),
+        )
+    });
+    let q8_dir = TempDir::new();
+    std::fs::write(q8_dir.0.join("config.json"), config_json(true)).unwrap();
+    std::fs::write(
+        q8_dir.0.join("model.safetensors"),
+        safetensors::serialize(views, None).unwrap(),
+    )
+    .unwrap();
+    let f32_dir = TempDir::new();
+    write_model(&f32_dir.0, &dense, Store::F32, true);
+
+    let q8 = Model::load(&q8_dir.0).unwrap();
+    assert_eq!(q8.dtype(), WeightDtype::Q8_0);
+    let reference = Model::load(&f32_dir.0).unwrap();
+    let tokens = prompt(40);
+    let mut a = Session::new(q8, KvConfig::fp16()).unwrap();
+    let mut b = Session::new(reference, KvConfig::fp16()).unwrap();
+    // Prefill (matmul) and decode (matvec) both equal the f32 model's on the same values.
+    assert_eq!(
+        a.prefill(&tokens, true).unwrap(),
+        b.prefill(&tokens, true).unwrap()
+    );
+    a.decode(7).unwrap();
+    b.decode(7).unwrap();
+    assert_eq!(a.last_logits(), b.last_logits());
+}
+
+#[test]
+fn q8_0_without_its_scales_is_named() {
+    let tensors = tiny_tensors(false);
+    let mut stored: Vec<(String, Vec<usize>, Dtype, Vec<u8>)> = Vec::new();
+    for (name, (shape, values)) in &tensors {
+        if name == "model.embed_tokens.weight" {
+            let (codes, _, _) = quantize_q8(values);
+            stored.push((
+                name.clone(),
+                shape.clone(),
+                Dtype::I8,
+                bytemuck::cast_slice(&codes).to_vec(),
+            ));
+        } else {
+            let (dtype, bytes) = encode(values, Store::F32);
+            stored.push((name.clone(), shape.clone(), dtype, bytes));
+        }
+    }
+    let views = stored.iter().map(|(name, shape, dtype, bytes)| {
+        (
+            name.clone(),
+            TensorView::new(*dtype, shape.clone(), bytes).unwrap(),
+        )
+    });
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    std::fs::write(
+        dir.0.join("model.safetensors"),
+        safetensors::serialize(views, None).unwrap(),
+    )
+    .unwrap();
+    let err = Model::load(&dir.0).err().unwrap();
+    assert!(
+        err.to_string().contains("model.embed_tokens.weight_scale"),
+        "{err}"
+    );
+}

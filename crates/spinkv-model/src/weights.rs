@@ -2,7 +2,8 @@
 //! natively, or bytes a host handed over ([`WeightBytes`]: a browser has no files to map).
 //!
 //! Large matrices stay in the mapping (or the byte buffer) in their stored dtype
-//! (f16/bf16/f32); kernels widen them in registers. Only the small 1-D norm weights are
+//! (f16/bf16/f32, or Q8_0: an I8 tensor `NAME` with its F16 scales `NAME_scale` of shape
+//! `[rows, cols / 32]`); kernels widen them in registers. Only the small 1-D norm weights are
 //! converted to owned f32.
 
 use crate::config::LlamaConfig;
@@ -11,7 +12,7 @@ use half::{bf16, f16};
 #[cfg(not(target_arch = "wasm32"))]
 use memmap2::{Mmap, MmapOptions};
 use safetensors::{Dtype, SafeTensors};
-use spinkv_kernels::{WeightDtype, WeightRef};
+use spinkv_kernels::{Q8Weights, WeightDtype, WeightRef, Q8_BLOCK};
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,8 @@ pub(crate) struct Matrix {
     pub cols: usize,
     dtype: WeightDtype,
     storage: Storage,
+    /// Q8_0 only: the f16 scales (`[rows, cols / Q8_BLOCK]`).
+    scales: Option<Storage>,
 }
 
 #[derive(Clone, Debug)]
@@ -46,7 +49,11 @@ enum OwnedData {
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
     F32(Vec<f32>),
+    I8(Vec<i8>),
 }
+
+/// Suffix of the tensor holding a Q8_0 matrix's scales.
+pub const Q8_SCALE_SUFFIX: &str = "_scale";
 
 pub(crate) struct LayerWeights {
     pub attn_norm: Vec<f32>,
@@ -137,15 +144,27 @@ pub(crate) struct Weights {
 
 impl Weights {
     pub fn view<'a>(&'a self, m: &'a Matrix) -> WeightRef<'a> {
+        // Alignment and length were verified when the Matrix was built, so the casts cannot
+        // fail; the fallback keeps that an invariant rather than a panic site.
+        let cast_failed = "weight alignment verified at load";
+        if let Some(scales) = &m.scales {
+            let codes: &[i8] = match &m.storage {
+                Storage::Owned(OwnedData::I8(v)) => v,
+                other => bytemuck::cast_slice(self.bytes(other)),
+            };
+            let scales: &[f16] = match scales {
+                Storage::Owned(OwnedData::F16(v)) => v,
+                other => bytemuck::try_cast_slice(self.bytes(other)).expect(cast_failed),
+            };
+            let q8 = Q8Weights::new(codes, scales).expect("q8_0 scale count verified at load");
+            return WeightRef::Q8_0(q8);
+        }
         match &m.storage {
             Storage::Owned(OwnedData::F16(v)) => WeightRef::F16(v),
             Storage::Owned(OwnedData::Bf16(v)) => WeightRef::Bf16(v),
             Storage::Owned(OwnedData::F32(v)) => WeightRef::F32(v),
-            Storage::Mapped { shard, start, end } => {
-                let bytes = &self.shards[*shard][*start..*end];
-                // Alignment and length were verified when the Matrix was built, so these casts
-                // cannot fail; the fallback keeps that an invariant rather than a panic site.
-                let cast_failed = "weight alignment verified at load";
+            Storage::Owned(OwnedData::I8(_)) | Storage::Mapped { .. } => {
+                let bytes = self.bytes(&m.storage);
                 match m.dtype {
                     WeightDtype::F16 => {
                         WeightRef::F16(bytemuck::try_cast_slice(bytes).expect(cast_failed))
@@ -153,11 +172,19 @@ impl Weights {
                     WeightDtype::Bf16 => {
                         WeightRef::Bf16(bytemuck::try_cast_slice(bytes).expect(cast_failed))
                     }
-                    WeightDtype::F32 => {
+                    WeightDtype::F32 | WeightDtype::Q8_0 => {
                         WeightRef::F32(bytemuck::try_cast_slice(bytes).expect(cast_failed))
                     }
                 }
             }
+        }
+    }
+
+    /// The mapped bytes of `storage` (empty for owned data, which callers read directly).
+    fn bytes(&self, storage: &Storage) -> &[u8] {
+        match storage {
+            Storage::Mapped { shard, start, end } => &self.shards[*shard][*start..*end],
+            Storage::Owned(_) => &[],
         }
     }
 
@@ -328,6 +355,7 @@ impl Loader<'_> {
             Dtype::F16 => WeightDtype::F16,
             Dtype::BF16 => WeightDtype::Bf16,
             Dtype::F32 => WeightDtype::F32,
+            Dtype::I8 => WeightDtype::Q8_0,
             other => {
                 return Err(ModelError::UnsupportedDtype {
                     name: name.to_string(),
@@ -361,26 +389,53 @@ impl Loader<'_> {
 
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
         let (loc, dtype) = self.locate(name, &[rows, cols])?;
-        let bytes = &self.shards[loc.shard][loc.start..loc.end];
-        let aligned = (bytes.as_ptr() as usize).is_multiple_of(dtype.size_bytes());
-        let storage = if aligned {
-            Storage::Mapped {
-                shard: loc.shard,
-                start: loc.start,
-                end: loc.end,
+        let storage = self.storage(loc, dtype);
+        let scales = if dtype == WeightDtype::Q8_0 {
+            let scale_name = format!("{name}{Q8_SCALE_SUFFIX}");
+            if !cols.is_multiple_of(Q8_BLOCK) {
+                return Err(ModelError::Safetensors {
+                    path: self.files[loc.shard].clone(),
+                    reason: format!(
+                        "q8_0 tensor {name} has rows of {cols}, not whole blocks of {Q8_BLOCK}"
+                    ),
+                });
             }
+            let (scale_loc, scale_dtype) = self.locate(&scale_name, &[rows, cols / Q8_BLOCK])?;
+            if scale_dtype != WeightDtype::F16 {
+                return Err(ModelError::UnsupportedDtype {
+                    name: scale_name,
+                    file: file_name(&self.files[scale_loc.shard]),
+                    dtype: scale_dtype.name().to_string(),
+                });
+            }
+            Some(self.storage(scale_loc, scale_dtype))
         } else {
-            Storage::Owned(match dtype {
-                WeightDtype::F16 => OwnedData::F16(bytemuck::pod_collect_to_vec(bytes)),
-                WeightDtype::Bf16 => OwnedData::Bf16(bytemuck::pod_collect_to_vec(bytes)),
-                WeightDtype::F32 => OwnedData::F32(bytemuck::pod_collect_to_vec(bytes)),
-            })
+            None
         };
         Ok(Matrix {
             rows,
             cols,
             dtype,
             storage,
+            scales,
+        })
+    }
+
+    fn storage(&self, loc: &TensorLocation, dtype: WeightDtype) -> Storage {
+        let bytes = &self.shards[loc.shard][loc.start..loc.end];
+        let aligned = (bytes.as_ptr() as usize).is_multiple_of(dtype.size_bytes());
+        if aligned {
+            return Storage::Mapped {
+                shard: loc.shard,
+                start: loc.start,
+                end: loc.end,
+            };
+        }
+        Storage::Owned(match dtype {
+            WeightDtype::F16 => OwnedData::F16(bytemuck::pod_collect_to_vec(bytes)),
+            WeightDtype::Bf16 => OwnedData::Bf16(bytemuck::pod_collect_to_vec(bytes)),
+            WeightDtype::F32 => OwnedData::F32(bytemuck::pod_collect_to_vec(bytes)),
+            WeightDtype::Q8_0 => OwnedData::I8(bytemuck::pod_collect_to_vec(bytes)),
         })
     }
 
@@ -398,6 +453,13 @@ impl Loader<'_> {
                 .map(|v| v.to_f32())
                 .collect(),
             WeightDtype::F32 => bytemuck::pod_collect_to_vec::<u8, f32>(bytes),
+            WeightDtype::Q8_0 => {
+                return Err(ModelError::UnsupportedDtype {
+                    name: name.to_string(),
+                    file: file_name(&self.files[loc.shard]),
+                    dtype: "I8 (only matrices may be q8_0)".to_string(),
+                })
+            }
         })
     }
 }
