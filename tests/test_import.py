@@ -83,6 +83,53 @@ def test_output_dtype(make_gguf: Callable[..., Path], tmp_path: Path, dtype: str
     assert np.isfinite(logits).all()
 
 
+def test_q8_0_quantizer_round_trips_q8_0_values() -> None:
+    from spinkv.util.safetensors_io import quantize_q8_0
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 96)).astype(np.float32)
+    codes, scales = quantize_q8_0(w)
+    assert codes.dtype == np.int8 and scales.shape == (6, 3)
+    assert np.abs(codes).max() == 127  # each block's absmax maps to +-127
+    dequantized = codes.astype(np.float32) * np.repeat(scales.astype(np.float32), 32, axis=1)
+    assert np.abs(dequantized - w).max() <= np.abs(w).max() / 127
+    again_codes, again_scales = quantize_q8_0(dequantized)
+    np.testing.assert_array_equal(again_codes, codes)
+    np.testing.assert_array_equal(again_scales, scales)
+
+
+def test_q8_0_import_keeps_a_q8_0_gguf_exactly(
+    make_gguf: Callable[..., Path], tmp_path: Path, native: object
+) -> None:
+    """A Q8_0 GGUF imported with --dtype q8_0 keeps its values (codes and scales re-derived
+    losslessly), and the runtime reads the result as the same numbers."""
+    import spinkv
+
+    path = make_gguf("Q8_0")
+    f32_dir = import_gguf(path, dtype="f32", out_dir=tmp_path / "f32")
+    exact = load_file(f32_dir / "model.safetensors")
+    out = import_gguf(path, dtype="q8_0", out_dir=tmp_path / "q8")
+    stored = load_file(out / "model.safetensors")
+    header = read_safetensors_header(out / "model.safetensors")
+    matrices = [name for name, t in header.items() if t.get("dtype") == "I8"]
+    assert len(matrices) >= 8
+    for name in matrices:
+        scales = stored[name + "_scale"].astype(np.float32)
+        values = stored[name].astype(np.float32) * np.repeat(scales, 32, axis=1)
+        np.testing.assert_array_equal(values, exact[name])
+    assert {header[n]["dtype"] for n in header if n not in matrices and n != "__metadata__"} == {
+        "F16"
+    }
+    info = model_info(out)
+    assert info.dtype == "q8_0"
+    assert info.parameters == sum(v.size for v in exact.values())
+    ids = [5, 6, 7, 8]
+    q8_logits = spinkv.load(out).logits(ids)
+    f32_logits = spinkv.load(f32_dir).logits(ids)
+    # Same matrices; only the norm gains differ (f16 here, f32 there).
+    np.testing.assert_allclose(q8_logits, f32_logits, atol=2e-2)
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_config(make_gguf: Callable[..., Path], tmp_path: Path, tied: bool) -> None:
     out = import_gguf(make_gguf("Q8_0", tie_word_embeddings=tied), out_dir=tmp_path / "m")

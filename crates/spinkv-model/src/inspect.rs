@@ -94,6 +94,7 @@ fn dtype_name(tag: &str) -> String {
         "F16" => "float16".to_string(),
         "BF16" => "bfloat16".to_string(),
         "F64" => "float64".to_string(),
+        "I8" => "q8_0".to_string(),
         other => other.to_ascii_lowercase(),
     }
 }
@@ -124,7 +125,21 @@ fn tensor_counts(path: &Path) -> Result<Vec<(String, u64)>, ModelError> {
     file.read_exact(&mut header).map_err(io_error)?;
     let tensors: HashMap<String, serde_json::Value> = serde_json::from_slice(&header)
         .map_err(|e| corrupt(format!("header is not a JSON object: {e}")))?;
-    let mut names: Vec<&String> = tensors.keys().filter(|n| *n != "__metadata__").collect();
+    // A Q8_0 matrix's scales are part of its storage, not parameters of their own.
+    let is_q8_scale = |name: &str| {
+        name.strip_suffix(crate::weights::Q8_SCALE_SUFFIX)
+            .is_some_and(|matrix| {
+                tensors
+                    .get(matrix)
+                    .and_then(|t| t.get("dtype"))
+                    .and_then(|d| d.as_str())
+                    == Some("I8")
+            })
+    };
+    let mut names: Vec<&String> = tensors
+        .keys()
+        .filter(|n| *n != "__metadata__" && !is_q8_scale(n))
+        .collect();
     names.sort();
     names
         .into_iter()
