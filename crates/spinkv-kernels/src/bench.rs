@@ -73,6 +73,25 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
     );
     drop(w);
 
+    // The same matrix as Q8_0: half the bytes; the widening costs more per weight.
+    let codes: Vec<i8> = (0..rows * k).map(|i| (pseudo(i) * 127.0) as i8).collect();
+    let scales: Vec<f16> = (0..rows * k / crate::Q8_BLOCK)
+        .map(|i| f16::from_f32(0.01 + pseudo(i).abs() / 64.0))
+        .collect();
+    let q8 = crate::Q8Weights::new(&codes, &scales).expect("one scale per block");
+    let s = time(now, min_ms, || {
+        matvec(WeightRef::Q8_0(q8), k, &x, 0..rows, &mut y)
+    });
+    say(
+        "matvec q8_0 49152x576",
+        format!(
+            "{:7.2} ms  {:6.1} GB/s",
+            s * 1e3,
+            (codes.len() + scales.len() * 2) as f64 / s / 1e9
+        ),
+    );
+    drop(codes);
+
     // A long context for one KV head: 8192 tokens in 32-token pages.
     let tokens = 8192usize;
     let queries: Vec<f32> = (0..N_QH * D).map(|i| pseudo(i + 7)).collect();
