@@ -322,10 +322,10 @@ def test_gguf_export_matches_our_logits(
 ) -> None:
     import numpy as np
     from spinkv.bench.llamacpp import LlamaCppEngine
-    from spinkv.models.gguf_export import cached_f16_gguf
+    from spinkv.models.gguf_export import cached_gguf
 
-    path = cached_f16_gguf(tiny_model_dir, tmp_path)
-    assert cached_f16_gguf(tiny_model_dir, tmp_path) == path  # cached
+    path = cached_gguf(tiny_model_dir, tmp_path)
+    assert cached_gguf(tiny_model_dir, tmp_path) == path  # cached
     tokens = [1, 50, 60, 70, 80, 90, 100, 33]
     theirs = LlamaCppEngine(path, n_ctx=64, threads=1)
     theirs.new_context(None)
@@ -391,11 +391,11 @@ def test_gguf_pre_tokenizer_tags() -> None:
 def test_llama_cpp_tokenizes_our_export_like_we_do(
     default_model_dir: Path, llama_cpp: ModuleType, tmp_path: Path
 ) -> None:
-    from spinkv.models.gguf_export import cached_f16_gguf
+    from spinkv.models.gguf_export import cached_gguf
     from spinkv.tokenizer import load_tokenizer
 
     text = Path("/usr/share/common-licenses/GPL-3").read_text()[:20000]
     ids = load_tokenizer(default_model_dir).encode(text)
-    gguf = cached_f16_gguf(default_model_dir, tmp_path)
+    gguf = cached_gguf(default_model_dir, tmp_path)
     vocab = llama_cpp.Llama(str(gguf), n_ctx=64, vocab_only=True, verbose=False)
     assert vocab.tokenize(text.encode(), add_bos=False) == ids

@@ -130,6 +130,26 @@ def test_q8_0_import_keeps_a_q8_0_gguf_exactly(
     np.testing.assert_allclose(q8_logits, f32_logits, atol=2e-2)
 
 
+def test_q8_0_model_exports_as_the_same_q8_0_gguf(
+    make_gguf: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A q8_0 import written back as GGUF (what llama.cpp runs beside us) is Q8_0 with the
+    same codes and scales: importing it again gives identical tensors."""
+    import gguf
+    from spinkv.models.gguf_export import write_gguf
+
+    first = import_gguf(make_gguf("Q8_0"), dtype="q8_0", out_dir=tmp_path / "a")
+    exported = write_gguf(first, tmp_path / "a.gguf")
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(exported).tensors}
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert types["blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
+    second = import_gguf(exported, dtype="q8_0", out_dir=tmp_path / "b")
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert set(a) == set(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_config(make_gguf: Callable[..., Path], tmp_path: Path, tied: bool) -> None:
     out = import_gguf(make_gguf("Q8_0", tie_word_embeddings=tied), out_dir=tmp_path / "m")

@@ -1,6 +1,7 @@
 """llama.cpp (through llama-cpp-python) as a `spinkv bench` engine, for side-by-side runs.
 
-It runs the same model (our HF-layout directory written as an F16 GGUF, cached in the store)
+It runs the same model (our HF-layout directory written as a GGUF with the same weights, F16
+or Q8_0, cached in the store)
 on the same token ids, with the same protocol as ours: batches of 512, greedy decoding on the
 logits of the last token, the same threads. llama.cpp is measured at its best: an f16 KV cache
 with flash attention off and on (on some x86 CPUs its flash-attention decode is 2-4x slower,
@@ -80,18 +81,20 @@ def require_llama_cpp() -> ModuleType:
     return llama_cpp
 
 
-def describe(llama_cpp: ModuleType, configs: Sequence[LlamaConfig]) -> str:
+def describe(llama_cpp: ModuleType, configs: Sequence[LlamaConfig], gguf_path: Path) -> str:
     version = getattr(llama_cpp, "__version__", "?")
     labels = ", ".join(config.label for config in configs)
-    return f"llama-cpp-python {version}, F16 weights, KV cache and flash attention: {labels}"
+    weights = gguf_path.name.rsplit(".", 2)[-2].upper()  # NAME-KEY.f16.gguf
+    return f"llama-cpp-python {version}, {weights} weights, KV cache and flash attention: {labels}"
 
 
 def gguf_for(model_dir: Path) -> Path:
-    """The model as an F16 GGUF, converted once and kept in <store>/llama-cpp/."""
-    from spinkv.models.gguf_export import cached_f16_gguf
+    """The model as a GGUF with the same weights (F16, or Q8_0 for a q8_0 model), converted
+    once and kept in <store>/llama-cpp/."""
+    from spinkv.models.gguf_export import cached_gguf
     from spinkv.models.store import store_dir
 
-    return cached_f16_gguf(model_dir, store_dir() / "llama-cpp")
+    return cached_gguf(model_dir, store_dir() / "llama-cpp")
 
 
 class LlamaCppEngine:

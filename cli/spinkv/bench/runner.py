@@ -99,10 +99,10 @@ def run_benchmark(
 
         module = llamacpp.require_llama_cpp()
         configs = llamacpp.configs_for(llama_kv or llamacpp.DEFAULT_KV_TYPES)
-        system["llama_cpp"] = llamacpp.describe(module, configs)
-        progress.start("converting the model to an F16 GGUF for llama.cpp", 1)
+        progress.start("converting the model to a GGUF for llama.cpp", 1)
         path = llamacpp.gguf_for(loaded.path)
         progress.advance()
+        system["llama_cpp"] = llamacpp.describe(module, configs, path)
         n_ctx = max(case.max_tokens for case in cases)
         for config in configs:
             engine_args = {"n_ctx": n_ctx, "threads": _native.threads(), "config": config}

@@ -1,8 +1,9 @@
-"""Write an HF-layout Llama directory (ours) as an F16 GGUF that llama.cpp loads.
+"""Write an HF-layout Llama directory (ours) as a GGUF that llama.cpp loads.
 
 The reverse of `spinkv.models.gguf_import`: HF tensor names become GGUF names, q_proj / k_proj rows
-get llama.cpp's RoPE permutation back (`permute_qk`), matrices are written as F16 and norms
-as F32, and the byte-level BPE in tokenizer.json becomes GGUF tokenizer metadata. Used by
+get llama.cpp's RoPE permutation back (`permute_qk`), matrices are written as F16 — or as
+Q8_0, bit for bit the same numbers, when the model stores them as q8_0 — and norms as F32,
+and the byte-level BPE in tokenizer.json becomes GGUF tokenizer metadata. Used by
 `spinkv bench --compare-llama-cpp`, which caches the file in the store.
 """
 
@@ -22,8 +23,9 @@ from spinkv.errors import ModelFormatError, UnsupportedError
 from spinkv.models.gguf_import import permute_qk
 from spinkv.models.info import weight_files
 from spinkv.models.tensor_names import hf_to_gguf
+from spinkv.util.safetensors_io import Q8_BLOCK, Q8_SCALE_SUFFIX
 
-EXPORT_FORMAT = 2  # 2: the pre-tokenizer tag follows tokenizer.json
+EXPORT_FORMAT = 3  # 2: the pre-tokenizer tag follows tokenizer.json; 3: q8_0 models as Q8_0
 """Bumped when the written file changes, so cached exports are redone."""
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 
@@ -39,35 +41,69 @@ def export_key(model_dir: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def cached_f16_gguf(model_dir: Path, cache_dir: Path) -> Path:
-    """The F16 GGUF of model_dir in cache_dir, written on first use (atomically)."""
+def cached_gguf(model_dir: Path, cache_dir: Path) -> Path:
+    """The GGUF of model_dir (F16, or Q8_0 for a q8_0 model) in cache_dir, written on first
+    use (atomically)."""
     model_dir = Path(model_dir)
-    out = cache_dir / f"{model_dir.name}-{export_key(model_dir)}.f16.gguf"
+    kind = "q8_0" if _is_q8_0(model_dir) else "f16"
+    out = cache_dir / f"{model_dir.name}-{export_key(model_dir)}.{kind}.gguf"
     if out.is_file():
         return out
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".tmp-{uuid.uuid4().hex[:8]}-{out.name}")
     try:
-        write_f16_gguf(model_dir, tmp)
+        write_gguf(model_dir, tmp)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
     return out
 
 
-def _tensors(model_dir: Path) -> Iterator[tuple[str, np.ndarray]]:
+def _is_q8_0(model_dir: Path) -> bool:
+    from spinkv.util.safetensors_io import read_safetensors_header
+
+    return any(
+        tensor.get("dtype") == "I8"
+        for path in weight_files(model_dir)
+        for tensor in read_safetensors_header(path).values()
+        if isinstance(tensor, dict)
+    )
+
+
+def _tensors(model_dir: Path) -> Iterator[tuple[str, np.ndarray, np.ndarray | None]]:
+    """(name, values, None) per tensor, or (name, int8 codes, f16 scales) per q8_0 matrix."""
     from safetensors import safe_open
 
     for path in weight_files(model_dir):
         with safe_open(str(path), framework="numpy") as handle:
-            for name in handle.keys():  # noqa: SIM118 - safe_open is not a Mapping
+            names = set(handle.keys())
+            for name in sorted(names):
+                if name.endswith(Q8_SCALE_SUFFIX) and name[: -len(Q8_SCALE_SUFFIX)] in names:
+                    continue  # written with its matrix
                 try:
-                    yield name, handle.get_tensor(name)
+                    array = handle.get_tensor(name)
                 except TypeError as exc:  # numpy has no bfloat16
                     raise UnsupportedError(
                         f"{path.name}: {name} is not f16/f32 ({exc}); re-import the model "
                         "with --dtype f16 to compare with llama.cpp"
                     ) from None
+                scales = None
+                if array.dtype == np.int8:
+                    scale_name = name + Q8_SCALE_SUFFIX
+                    if scale_name not in names:
+                        raise ModelFormatError(f"{path.name}: {name} has no {scale_name}")
+                    scales = handle.get_tensor(scale_name)
+                yield name, array, scales
+
+
+def q8_0_blocks(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """GGUF's Q8_0 layout of a [rows, k] matrix: per block of 32, the f16 scale then the 32
+    codes (34 bytes), as a uint8 array [rows, k / 32 * 34]."""
+    rows, k = codes.shape
+    blocks = np.empty((rows, k // Q8_BLOCK, 2 + Q8_BLOCK), dtype=np.uint8)
+    blocks[:, :, :2] = scales.astype("<f2").reshape(rows, -1, 1).view(np.uint8)
+    blocks[:, :, 2:] = codes.reshape(rows, -1, Q8_BLOCK).view(np.uint8)
+    return blocks.reshape(rows, -1)
 
 
 def _config(model_dir: Path) -> dict[str, Any]:
@@ -79,7 +115,7 @@ def _config(model_dir: Path) -> dict[str, Any]:
     return config
 
 
-def _add_hyper(writer: Any, config: Mapping[str, Any]) -> None:
+def _add_hyper(writer: Any, config: Mapping[str, Any], *, q8_0: bool = False) -> None:
     import gguf
 
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
@@ -98,7 +134,8 @@ def _add_hyper(writer: Any, config: Mapping[str, Any]) -> None:
     writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-5)))
     writer.add_vocab_size(int(config["vocab_size"]))
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    file_type = gguf.LlamaFileType.MOSTLY_Q8_0 if q8_0 else gguf.LlamaFileType.MOSTLY_F16
+    writer.add_file_type(file_type)
 
 
 def _add_tokenizer(writer: Any, model_dir: Path, config: Mapping[str, Any]) -> None:
@@ -159,8 +196,8 @@ def _first_id(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def write_f16_gguf(model_dir: Path, out_path: Path) -> Path:
-    """Write model_dir as a GGUF with F16 matrices at out_path."""
+def write_gguf(model_dir: Path, out_path: Path) -> Path:
+    """Write model_dir as a GGUF at out_path: F16 matrices, or Q8_0 where the model has them."""
     import gguf
 
     config = _config(model_dir)
@@ -168,17 +205,29 @@ def write_f16_gguf(model_dir: Path, out_path: Path) -> Path:
     kv_heads = int(config.get("num_key_value_heads", heads))
     writer = gguf.GGUFWriter(str(out_path), "llama")
     try:
-        _add_hyper(writer, config)
+        _add_hyper(writer, config, q8_0=_is_q8_0(model_dir))
         _add_tokenizer(writer, model_dir, config)
         names = hf_to_gguf(int(config["num_hidden_layers"]))
-        for hf_name, array in _tensors(model_dir):
+        for hf_name, array, scales in _tensors(model_dir):
             name = names.get(hf_name)
             if name is None:
                 continue  # e.g. rotary inv_freq buffers
+            n_head = 0
             if name.endswith("attn_q.weight"):
-                array = permute_qk(array, heads)
+                n_head = heads
             elif name.endswith("attn_k.weight"):
-                array = permute_qk(array, kv_heads)
+                n_head = kv_heads
+            if n_head:
+                # A row permutation: each row's Q8_0 blocks move with it.
+                array = permute_qk(array, n_head)
+                scales = None if scales is None else permute_qk(scales, n_head)
+            if scales is not None:
+                writer.add_tensor(
+                    name,
+                    q8_0_blocks(array, scales),
+                    raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+                )
+                continue
             dtype = np.float32 if array.ndim == 1 else np.float16
             writer.add_tensor(name, np.ascontiguousarray(array, dtype=dtype))
         writer.write_header_to_file()
