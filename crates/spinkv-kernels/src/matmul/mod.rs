@@ -118,6 +118,8 @@ pub(crate) fn check_shapes(w: WeightRef<'_>, k: usize, x: &[f32], rows: &Range<u
 /// the ISA's f32 kernel, and the block is scattered into `y` — so the result equals the f32
 /// kernel's on the dequantized matrix. Prefill is compute-bound: widening i8 once per block of
 /// rows costs little next to the tile's FMAs.
+// Inlined into each ISA entry point, so `kernel` compiles with the ISA's features.
+#[inline(always)]
 pub(crate) fn q8_by_dequantized_rows(
     w: crate::weight::Q8Weights<'_>,
     k: usize,

@@ -45,6 +45,8 @@ pub(crate) fn check_q8_row(k: usize) {
     not(any(target_arch = "aarch64", target_arch = "wasm32")),
     allow(dead_code)
 )]
+// Inlined into each ISA entry point, so `kernel` compiles with the ISA's features.
+#[inline(always)]
 pub(crate) fn q8_by_dequantized_rows(
     w: crate::weight::Q8Weights<'_>,
     k: usize,
