@@ -378,3 +378,13 @@ def test_smollm2_knows_the_capital_of_france(native: ModuleType, default_model_d
     second = chat.ask("And of Germany?")
     assert second.cached_tokens > 0
     assert "Berlin" in second.text
+
+
+def test_smollm2_q8_0_weights_answer_like_f16(native: ModuleType, default_model_dir: Path) -> None:
+    """The default model with 8-bit weights (half the bytes) gives the same answer."""
+    from spinkv.models.store import pull
+
+    q8 = spinkv.load(pull("smollm2", dtype="q8_0"))
+    assert q8.info["dtype"] == "q8_0"
+    result = q8.generate("What is the capital of France?", max_tokens=24)
+    assert result.text.startswith("The capital of France is Paris.")

@@ -360,8 +360,10 @@ def test_compare_llama_cpp_prints_ratios(
     engines = [(r["engine"], r["kv"], r["depth"]) for r in record["rows"]]
     assert engines[:2] == [("spinkv", "turbo", 0), ("spinkv", "turbo", 8)]
     theirs = sorted(engines[2:])
-    configs = ["f16 fa-off", "f16 fa-on", "q8_0 fa-on"]
+    configs = ["f16 fa-off", "f16 fa-on"]
     assert theirs == sorted(("llama.cpp", kv, d) for kv in configs for d in (0, 8))
+    # The tiny model's 16-wide heads cannot hold llama.cpp's 32-wide q8_0 cache blocks.
+    assert any(n.startswith("llama.cpp q8_0 fa-on: not run") for n in record["notes"])
     assert [r["depth"] for r in record["ratios"]] == [0, 8]
     for ratio in record["ratios"]:
         assert ratio["tg_tok_s_ratio"] > 0 and ratio["pp_tok_s_ratio"] > 0

