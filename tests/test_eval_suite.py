@@ -228,13 +228,15 @@ def test_decision_ship_no_ship_incomplete() -> None:
     pre = prereg.load()
     n = 20
     good: dict[str, Any] = {}
-    for metric in pre.holm_family:
-        rule = pre.budgets[metric]
+    corpus_values = {"corpus.kld_mean": 0.005, "corpus.ppl_delta_pct": 0.2, "corpus.top1": 0.97}
+    for metric, rule in pre.budgets.items():
         if metric.startswith("corpus."):
-            value = {"corpus.kld_mean": 0.005, "corpus.ppl_delta_pct": 0.2}[metric]
+            value = corpus_values[metric]
             u = _units(metric, [value] * 12, [0.0] * 12, pooled=value, unit="text")
         elif rule.kind == "reseed_bar":
             u = _units(metric, [95.0] * n, [100.0] * n, floor=[40.0] * n)
+        elif rule.kind == "min":
+            u = _units(metric, [1.0] * n, [1.0] * n)
         else:
             u = _units(metric, [0.8] * n, [0.8] * n)
         good[metric] = verdict.evaluate(u, rule, pre, seed=1)
@@ -249,9 +251,12 @@ def test_decision_ship_no_ship_incomplete() -> None:
     assert decision["verdict"] == "NO-SHIP"
     assert any(r.startswith(metric) for r in decision["reasons"])
     assert worse[metric]["within_budget"] is False and worse[metric]["p_noninferior"] > 0.5
-    # a family metric not measured: no decision
+    # a budgeted metric not measured (a Holm one, or only a stop-rule one): no decision
     partial = {k: v for k, v in good.items() if not k.startswith("corpus.")}
     assert verdict.decide(partial, pre)["verdict"] == "INCOMPLETE"
+    no_code = {k: v for k, v in good.items() if k != "code.chrf"}
+    decision = verdict.decide(no_code, pre)
+    assert decision["verdict"] == "INCOMPLETE" and "code.chrf" in decision["reasons"][0]
 
 
 def test_reseed_bar_is_halfway_from_the_floor_to_identity() -> None:

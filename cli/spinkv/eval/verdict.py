@@ -89,7 +89,7 @@ def evaluate(units: Units, rule: Rule | None, prereg: Preregistration, seed: int
 
 def decide(metrics: Mapping[str, Mapping[str, Any]], prereg: Preregistration) -> dict[str, Any]:
     """SHIP when every Holm-family metric rejects its non-inferiority null at the corrected
-    level and no budgeted metric is outside its budget; INCOMPLETE when a family metric was
+    level and no budgeted metric is outside its budget; INCOMPLETE when a budgeted metric was
     not measured (e.g. --only tasks); NO-SHIP otherwise, with the reasons."""
     family = list(prereg.holm_family)
     present = [m for m in family if m in metrics]
@@ -111,7 +111,7 @@ def decide(metrics: Mapping[str, Mapping[str, Any]], prereg: Preregistration) ->
     for name, row in metrics.items():
         if "within_budget" in row and not row["within_budget"]:
             reasons.append(f"{name}: outside its budget ({row['budget']['describe']})")
-    missing = [m for m in family if m not in metrics]
+    missing = [m for m in prereg.budgets if m not in metrics]  # the stop rule needs them all
     if reasons:
         verdict = "NO-SHIP"
     elif missing:
