@@ -184,16 +184,7 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
                 WeightRef::F32(&raw),
             ] {
                 let x = random_vec(7 + k as u64, n_tokens * k);
-                // An offset row range exercises the rows.start arithmetic.
-                let rows = n_rows / 3..n_rows;
-                let mut expected = vec![0.0; n_tokens * rows.len()];
-                scalar::matmul(w, k, &x, rows.clone(), &mut expected);
-                let mut got = vec![0.0; expected.len()];
-                // SAFETY: `isa` comes from the runnable list.
-                unsafe { matmul_on(isa, w, k, &x, rows.clone(), &mut got) };
-                canonical(isa, &got, &expected, k as f32, &|| {
-                    format!("matmul {:?} k={k} tokens={n_tokens}", w.dtype())
-                })?;
+                check_against_scalar(isa, w, k, &x, n_rows)?;
             }
         }
     }
@@ -203,18 +194,35 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             let (codes, scales) = random_q8(k as u64 + 5, n_rows * k);
             let w = WeightRef::Q8_0(crate::Q8Weights::new(&codes, &scales).unwrap());
             let x = random_vec(11 + k as u64, n_tokens * k);
-            let rows = n_rows / 3..n_rows;
-            let mut expected = vec![0.0; n_tokens * rows.len()];
-            scalar::matmul(w, k, &x, rows.clone(), &mut expected);
-            let mut got = vec![0.0; expected.len()];
-            // SAFETY: `isa` comes from the runnable list.
-            unsafe { matmul_on(isa, w, k, &x, rows.clone(), &mut got) };
-            canonical(isa, &got, &expected, k as f32, &|| {
-                format!("matmul q8_0 k={k} rows={n_rows} tokens={n_tokens}")
-            })?;
+            check_against_scalar(isa, w, k, &x, n_rows)?;
         }
     }
     Ok(())
+}
+
+/// `isa`'s matmul of rows `n_rows / 3..n_rows` (an offset range exercises the rows.start
+/// arithmetic) against the scalar reference.
+#[cfg(any(test, feature = "parity"))]
+fn check_against_scalar(
+    isa: Isa,
+    w: WeightRef<'_>,
+    k: usize,
+    x: &[f32],
+    n_rows: usize,
+) -> crate::test_util::Check {
+    let rows = n_rows / 3..n_rows;
+    let n_tokens = x.len() / k;
+    let mut expected = vec![0.0; n_tokens * rows.len()];
+    scalar::matmul(w, k, x, rows.clone(), &mut expected);
+    let mut got = vec![0.0; expected.len()];
+    // SAFETY: `isa` comes from the runnable list.
+    unsafe { matmul_on(isa, w, k, x, rows.clone(), &mut got) };
+    crate::test_util::canonical(isa, &got, &expected, k as f32, &|| {
+        format!(
+            "matmul {:?} k={k} rows={n_rows} tokens={n_tokens}",
+            w.dtype()
+        )
+    })
 }
 
 #[cfg(test)]
