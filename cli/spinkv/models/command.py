@@ -19,14 +19,15 @@ from spinkv.cli.render import (
     print_note,
     stdout,
 )
+from spinkv.util.safetensors_io import DTYPES
 
 app = opt.command_group("Pull, import, list and inspect models.")
 
 
-class WeightDtype(str, Enum):
-    f16 = "f16"
-    bf16 = "bf16"
-    q8_0 = "q8_0"
+WeightDtype = Enum(  # type: ignore[misc]
+    "WeightDtype", {name: name for name in DTYPES if name != "f32"}, type=str
+)
+"""--dtype's choices: the weight dtypes the safetensors writer has (f32 is for tests)."""
 
 
 StoreNameOption = Annotated[
