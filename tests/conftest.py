@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+# The tests run from a checkout; a non-editable install (CI's `pip install .`) has no source
+# tree of its own, and `spinkv web` builds its wasm bundle from one.
+os.environ.setdefault("SPINKV_SOURCE", str(Path(__file__).resolve().parent.parent))
+
 # The Ctrl-C tests interrupt the main thread (and CLI children) with SIGINT; a runner started
 # as a background job of a non-interactive shell inherits SIGINT ignored, which would mute them.
 signal.signal(signal.SIGINT, signal.default_int_handler)
