@@ -507,3 +507,80 @@ def test_families_run_apart_merge_into_the_whole(
 def half_missing() -> set[str]:
     """The families the two halves above leave out."""
     return {"summarization", "repeated_topic"}
+
+
+def test_llamacpp_reference_rows_merge_into_tables_and_plot(
+    tiny_model_dir: Path,
+    native: ModuleType,
+    need_texts: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """llama.cpp's rows are computed like the corpus part (same positions, same statistics),
+    kept apart from the arms by --merge, shown in the pooled table and on the Pareto plot."""
+    pytest.importorskip("matplotlib")
+    if corpus.missing():
+        pytest.skip(corpus.missing()[0])
+    from spinkv.eval import llamacpp_ref
+    from spinkv.eval import stats as eval_stats
+
+    base = ["eval", "-m", str(tiny_model_dir), "--suite", "quick", "--kv", "turbo:window=0"]
+    assert run_cli([*base, "--only", "corpus", "--json"]) == 0
+    suite_record = json.loads(capsys.readouterr().out)
+    pre = prereg.load()
+    tier = pre.tier("quick")
+    rng = np.random.default_rng(7)
+    texts = []
+    for entry in suite_mod.corpus_texts(tier):
+        ids = list(rng.integers(0, 50, size=40))
+        logits = rng.normal(size=(40, 50))
+        noisy = logits + rng.normal(scale=0.5, size=logits.shape)
+        texts.append((entry, ids, logits, {"q8_0": logits.copy(), "q4_0": noisy}))
+    rows, pooled = llamacpp_ref.summarise(texts, ["q8_0", "q4_0"], 16, pre)
+    # identical logits: nothing lost; perturbed ones: the suite's own statistics
+    assert pooled["q8_0"]["kld_mean"] == 0.0 and pooled["q8_0"]["top1"] == 1.0
+    assert pooled["q8_0"]["ppl_delta_pct"] == pytest.approx(0.0, abs=1e-9)
+    entry, ids, logits, by_kind = texts[1]
+    expected = eval_stats.compare_rows(logits[16:-1], by_kind["q4_0"][16:-1], ids[17:])
+    assert rows[1]["arms"]["q4_0"]["kld_mean"]["value"] == pytest.approx(expected["kld"].mean())
+    held = [t for t in texts if t[0].held_out]
+    assert len(pooled["q4_0"]["units"]["kld_mean"]) == len(held) < len(texts)
+    reference = {
+        "schema": llamacpp_ref.SCHEMA,
+        "engine": "llama.cpp (test)",
+        "tier": "quick",
+        "tokens": suite_record["corpus"]["tokens"],
+        "skip": suite_record["corpus"]["skip"],
+        "texts": rows,
+        "pooled": pooled,
+    }
+    (tmp_path / "suite.json").write_text(json.dumps(suite_record))
+    (tmp_path / "ref.json").write_text(json.dumps(reference))
+    merge = f"{tmp_path / 'suite.json'},{tmp_path / 'ref.json'}"
+    plots = tmp_path / "plots"
+    assert run_cli(["eval", "--suite", "quick", "--merge", merge, "--plot", str(plots)]) == 0
+    out = capsys.readouterr().out
+    assert "llama.cpp q4_0 (reference)" in out and "llama.cpp q8_0 (reference)" in out
+    assert (plots / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run_cli(["eval", "--suite", "quick", "--merge", merge, "--json"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in merged["references"]] == ["llama.cpp q8_0", "llama.cpp q4_0"]
+    assert list(merged["summary"]) == ["turbo:window=0"]  # references are never decided on
+    assert merged["summary"] == suite_record["summary"]
+    from spinkv.eval.suite_plot import pareto_points
+
+    assert ("llama.cpp q4_0", 4.5) in [(p[0], p[1]) for p in pareto_points(merged)]
+    # rows from another corpus are refused in one line
+    (tmp_path / "other.json").write_text(json.dumps({**reference, "skip": 3}))
+    other = f"{tmp_path / 'suite.json'},{tmp_path / 'other.json'}"
+    assert run_cli(["eval", "--suite", "quick", "--merge", other]) == 2
+    assert "reference rows are on another corpus" in capsys.readouterr().err
+
+
+def test_llamacpp_reference_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from spinkv.eval import llamacpp_ref
+
+    assert llamacpp_ref.main(["model.gguf", "--kv", "q3"]) == 2
+    assert "--kv 'q3': choose from" in capsys.readouterr().err
+    assert llamacpp_ref.main(["/nonexistent/model.gguf"]) == 2
+    assert "no such GGUF file" in capsys.readouterr().err

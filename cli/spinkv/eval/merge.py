@@ -2,7 +2,11 @@
 (parts side by side, or arms added later). Records must share the preregistration, tier,
 seed and model; a part measured by several records must be the same measurement (same texts
 or prompts, identical fp16 replies) and each arm appears once per part. The decision is
-made again over the merged record; an arm missing a part cannot SHIP."""
+made again over the merged record; an arm missing a part cannot SHIP.
+
+Records of llama.cpp's KV caches on the same corpus (`python -m spinkv.eval.llamacpp_ref`) are
+kept apart as reference rows (`references`): shown in the tables and on the Pareto plot, never
+decided on (they are another runtime, not an arm of ours)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from spinkv.errors import InvalidInputError
 from spinkv.eval import suite as suite_mod
 from spinkv.eval.arms import KvArm
 from spinkv.eval.families import FAMILIES
+from spinkv.eval.llamacpp_ref import SCHEMA as REFERENCE_SCHEMA
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any], keys: Sequence[str]) -> bool:
@@ -71,6 +76,8 @@ def merge_records(
     records: Sequence[Mapping[str, Any]], settings: suite_mod.SuiteSettings
 ) -> dict[str, Any]:
     pre = suite_mod.load_prereg(settings)
+    references = [r for r in records if r.get("schema") == REFERENCE_SCHEMA]
+    records = [r for r in records if r.get("schema") != REFERENCE_SCHEMA]
     if not records:
         raise InvalidInputError("--merge needs suite records")
     first = records[0]
@@ -99,6 +106,33 @@ def merge_records(
                 combine(merged[part], record[part])
         for part, seconds in record.get("seconds", {}).items():
             merged["seconds"][part] = round(merged["seconds"].get(part, 0.0) + seconds, 1)
+    merged["references"] = [*first.get("references", [])]
+    for ref in references:
+        merged["references"] += reference_rows(ref, merged)
     arms = [KvArm(a["label"], a["kv"]) for a in merged["arms"]]
     merged["summary"] = suite_mod.summarise(merged, pre, arms, int(first["seed"]))
     return merged
+
+
+def reference_rows(ref: Mapping[str, Any], merged: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per KV type of a llama.cpp reference record, checked to be on the merged
+    record's corpus (same tier, tokens, first skipped positions and texts)."""
+    corpus_part = merged.get("corpus")
+    if ref.get("tier") != merged["tier"]["name"]:
+        raise InvalidInputError("--merge: the llama.cpp reference rows are from another tier")
+    if corpus_part and (
+        (ref.get("tokens"), ref.get("skip")) != (corpus_part["tokens"], corpus_part["skip"])
+        or [t["name"] for t in ref["texts"]] != [t["name"] for t in corpus_part["texts"]]
+    ):
+        raise InvalidInputError("--merge: the llama.cpp reference rows are on another corpus")
+    rows = []
+    for kv, pooled in ref["pooled"].items():
+        rows.append(
+            {
+                "label": f"llama.cpp {kv}",
+                "engine": ref.get("engine"),
+                "pooled": pooled,
+                "texts": {t["name"]: t["arms"][kv] for t in ref["texts"]},
+            }
+        )
+    return rows

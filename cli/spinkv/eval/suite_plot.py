@@ -1,7 +1,8 @@
 """`spinkv eval --suite ... --plot DIR`: PNGs of a suite record (matplotlib).
 
 - pareto.png: pooled held-out KLD and top-1 against the all-in bits per channel of the
-  compressed pages, every arm and fp16 (16 bits, KLD 0); the Pareto front joined.
+  compressed pages, every arm and fp16 (16 bits, KLD 0), and llama.cpp's KV caches when their
+  reference rows were merged in (squares when on the front); the Pareto front joined.
 - families.png: per family, each arm's delta against fp16 with its 95% CI and the budget.
 - depth.png: pooled held-out KLD against position.
 """
@@ -28,6 +29,11 @@ def pareto_points(record: Mapping[str, Any]) -> list[tuple[str, float, float, fl
             bits = 16.0
         if bits is not None:
             points.append((label, float(bits), pooled["kld_mean"], pooled["top1"]))
+    for ref in record.get("references", []):  # llama.cpp's KV caches on the same corpus
+        pooled = ref["pooled"]
+        if pooled.get("bits_beyond_window") is not None:
+            bits = float(pooled["bits_beyond_window"])
+            points.append((ref["label"], bits, pooled["kld_mean"], pooled["top1"]))
     return points
 
 
@@ -60,8 +66,9 @@ def plot_pareto(record: Mapping[str, Any], path: Path) -> Path:
     points = pareto_points(record)
     front = set(pareto_front(points))
     fig, (ax_kld, ax_top1) = plt.subplots(1, 2, figsize=(12, 5))
+    references = {ref["label"] for ref in record.get("references", [])}
     for label, bits, kld, top1 in points:
-        style = "o" if label in front else "x"
+        style = ("s" if label in references else "o") if label in front else "x"
         ax_kld.plot(bits, max(kld, KLD_FLOOR), style, label=label)
         ax_kld.annotate(label, (bits, max(kld, KLD_FLOOR)), fontsize=7, xytext=(4, 4),
                         textcoords="offset points")  # fmt: skip

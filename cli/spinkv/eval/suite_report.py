@@ -76,6 +76,14 @@ def pooled_table(record: Mapping[str, Any]) -> Table:
                 for m in ("kld_mean", "top1", "ppl_delta_pct")
             ),
         )
+    for ref in record.get("references", []):
+        pooled = ref["pooled"]
+        table.add_row(
+            f"{ref['label']} (reference)",
+            f"{pooled['bits_beyond_window']:.2f}",
+            "-",
+            *(_fmt(pooled[m], m) for m in ("kld_mean", "top1", "ppl_delta_pct")),
+        )
     return table
 
 
