@@ -584,3 +584,63 @@ def test_llamacpp_reference_bad_input_is_one_line(capsys: pytest.CaptureFixture[
     assert "--kv 'q3': choose from" in capsys.readouterr().err
     assert llamacpp_ref.main(["/nonexistent/model.gguf"]) == 2
     assert "no such GGUF file" in capsys.readouterr().err
+
+
+def test_kv_study_codebooks_and_rotation() -> None:
+    """The study's sphere codebook is turbo's law (Gaussian Lloyd–Max distortion for large d),
+    Lloyd on samples of that law finds the same levels, the rotation keeps z at unit RMS."""
+    from spinkv.eval import kv_study
+
+    gaussian_mse = {2: 0.1175, 3: 0.03454, 4: 0.009497}  # Max (1960)
+    rng = np.random.default_rng(3)
+    samples = rng.standard_normal(400_000)
+    for bits, mse in gaussian_mse.items():
+        levels = kv_study.sphere_codebook(4096, bits)
+        assert np.allclose(levels, -levels[::-1], atol=5e-3)  # cells snap to a 0.0007 grid
+        measured = np.mean((samples - kv_study.quantize(samples, levels)) ** 2)
+        assert measured == pytest.approx(mse, rel=0.03)
+        fitted = kv_study.lloyd(samples, bits, init=levels.copy())  # a fixed point of the law
+        assert np.allclose(fitted, levels, atol=0.03)
+    d = 64
+    h = kv_study.hadamard(d)
+    assert np.allclose(h @ h.T, np.eye(d))
+    rows = rng.normal(size=(10, d)) * np.linspace(0.1, 10, d)  # one strong channel
+    z = kv_study.rotated_unit(rows, rng.choice([-1.0, 1.0], size=d), h)
+    assert np.allclose(np.mean(z**2, axis=-1), 1.0)
+
+
+def test_corpus_texts_run_apart_merge_into_the_whole(
+    tiny_model_dir: Path,
+    native: ModuleType,
+    need_texts: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if corpus.missing():
+        pytest.skip(corpus.missing()[0])
+    base = ["eval", "-m", str(tiny_model_dir), "--suite", "quick", "--kv", "turbo:window=0"]
+    base += ["--only", "corpus", "--json"]
+    records = {}
+    for texts in (None, "mpl-2.0", "gpl-3,apache-2.0"):
+        assert run_cli([*base, *(["--texts", texts] if texts else [])]) == 0
+        records[texts] = capsys.readouterr().out
+        (tmp_path / f"{str(texts).replace(',', '+')}.json").write_text(records[texts])
+    whole = json.loads(records[None])
+    merge = f"{tmp_path / 'mpl-2.0.json'},{tmp_path / 'gpl-3+apache-2.0.json'}"
+    assert run_cli(["eval", "--suite", "quick", "--merge", merge, "--json"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["corpus"]["texts"] == whole["corpus"]["texts"]  # corpus order, same rows
+    assert merged["corpus"]["held_out"] == whole["corpus"]["held_out"]
+    label = "turbo:window=0"
+    got, want = merged["corpus"]["pooled"][label], whole["corpus"]["pooled"][label]
+    for key in ("kld_mean", "top1", "ppl_delta_pct", "bits_all_in", "bits_beyond_window"):
+        assert got[key] == pytest.approx(want[key], rel=1e-12), key
+    for key, values in want["units"].items():
+        assert got["units"][key] == pytest.approx(values, rel=1e-12), key
+    assert got["depth_curve"]["kld_mean"] == pytest.approx(want["depth_curve"]["kld_mean"])
+    assert merged["summary"][label]["verdict"] == whole["summary"][label]["verdict"]
+    # a text outside the tier, or an unknown one, is one line before the model loads
+    assert run_cli([*base, "--texts", "services"]) == 2
+    assert "not in the quick tier's corpus" in capsys.readouterr().err
+    assert run_cli([*base, "--texts", "nope"]) == 2
+    assert "unknown corpus text nope" in capsys.readouterr().err

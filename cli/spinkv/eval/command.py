@@ -130,6 +130,16 @@ FamiliesOption = Annotated[
         rich_help_panel=EVAL,
     ),
 ]
+TextsOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--texts",
+        help="With --suite: only these corpus texts (comma separated; merge the records of "
+        "the others with --merge before deciding).",
+        show_default=False,
+        rich_help_panel=EVAL,
+    ),
+]
 
 
 def eval_command(
@@ -196,6 +206,7 @@ def eval_command(
     prereg: PreregOption = None,
     merge: MergeOption = None,
     families: FamiliesOption = None,
+    texts: TextsOption = None,
 ) -> None:
     """Compare KV cache presets with the fp16 cache on real text.
 
@@ -224,10 +235,11 @@ def eval_command(
             json_output=json_output,
             merge=merge,
             families=families,
+            texts=texts,
         )
         return
-    if prereg is not None or merge is not None or families is not None:
-        raise InvalidInputError("--prereg, --merge and --families need --suite")
+    if prereg is not None or merge is not None or families is not None or texts is not None:
+        raise InvalidInputError("--prereg, --merge, --families and --texts need --suite")
     n = ev.DEFAULT_TOKENS if n is None else n
     seed = eval_stats.DEFAULT_SEED if seed is None else seed
     parts = select_parts(only, kld=True, greedy=not no_greedy, retrieval=not no_passkey)

@@ -1,7 +1,8 @@
 """`spinkv eval --suite TIER --merge A.json,B.json`: one record from suite runs made apart
-(parts side by side, or arms added later). Records must share the preregistration, tier,
-seed and model; a part measured by several records must be the same measurement (same texts
-or prompts, identical fp16 replies) and each arm appears once per part. The decision is
+(parts side by side, families or corpus texts run apart, or arms added later). Records must
+share the preregistration, tier, seed and model; a part measured by several records must be
+the same measurement (same texts or prompts, identical fp16 replies) and each arm appears once
+per part. The decision is
 made again over the merged record; an arm missing a part cannot SHIP.
 
 Records of llama.cpp's KV caches on the same corpus (`python -m spinkv.eval.llamacpp_ref`) are
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spinkv.errors import InvalidInputError
+from spinkv.eval import corpus
 from spinkv.eval import suite as suite_mod
 from spinkv.eval.arms import KvArm
 from spinkv.eval.families import FAMILIES
@@ -25,10 +27,37 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any], keys: Sequence[str]) -> bo
     return all(a.get(k) == b.get(k) for k in keys)
 
 
-def _merge_corpus(into: dict[str, Any], other: Mapping[str, Any]) -> None:
-    if not _same(into, other, ("tokens", "skip", "held_out")) or [
-        t["name"] for t in into["texts"]
-    ] != [t["name"] for t in other["texts"]]:
+def _merge_corpus(into: dict[str, Any], other: Mapping[str, Any], bucket: int) -> None:
+    """Records of other texts (--texts) add their rows and the pooled figures are made again
+    from every row; records of the same texts add arms."""
+    if not _same(into, other, ("tokens", "skip")):
+        raise InvalidInputError("--merge: the corpus parts were measured on different texts")
+    mine_names = [t["name"] for t in into["texts"]]
+    their_names = [t["name"] for t in other["texts"]]
+    if not set(mine_names) & set(their_names):
+        rows = [*into["texts"], *other["texts"]]
+        if {a for t in into["texts"] for a in t["arms"]} != {
+            a for t in other["texts"] for a in t["arms"]
+        }:
+            raise InvalidInputError("--merge: corpus parts of other texts ran other arms")
+        if any("pool" not in f for t in rows for f in t["arms"].values()):
+            raise InvalidInputError(
+                "--merge: a corpus part of some texts lacks the per-text pooling figures "
+                "(made before --texts existed); run its texts again"
+            )
+        order = {t.name: i for i, t in enumerate(corpus.TEXTS)}
+        into["texts"] = sorted(
+            [*into["texts"], *copy.deepcopy(other["texts"])], key=lambda t: order[t["name"]]
+        )
+        into["held_out"] = [t["name"] for t in into["texts"] if t["held_out"]]
+        labels = list(dict.fromkeys(a for t in into["texts"] for a in t["arms"]))
+        into["pooled"] = (
+            {label: suite_mod.pool_from_rows(into["texts"], label, bucket) for label in labels}
+            if into["held_out"]
+            else {}
+        )
+        return
+    if mine_names != their_names or into.get("held_out") != other.get("held_out"):
         raise InvalidInputError("--merge: the corpus parts were measured on different texts")
     for mine, theirs in zip(into["texts"], other["texts"]):
         _add_arms(mine["arms"], theirs["arms"], "corpus")
@@ -97,13 +126,15 @@ def merge_records(
         for arm in record["arms"]:
             if arm not in merged["arms"]:
                 merged["arms"].append(arm)
-        for part, combine in (("corpus", _merge_corpus), ("tasks", _merge_tasks)):
+        for part in ("corpus", "tasks"):
             if not record.get(part):
                 continue
             if merged[part] is None:
                 merged[part] = copy.deepcopy(record[part])
+            elif part == "corpus":
+                _merge_corpus(merged[part], record[part], int(first["tier"]["depth_bucket"]))
             else:
-                combine(merged[part], record[part])
+                _merge_tasks(merged[part], record[part])
         for part, seconds in record.get("seconds", {}).items():
             merged["seconds"][part] = round(merged["seconds"].get(part, 0.0) + seconds, 1)
     merged["references"] = [*first.get("references", [])]

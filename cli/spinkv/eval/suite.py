@@ -65,6 +65,8 @@ class SuiteSettings:
     """Overrides the preregistered bootstrap/permutation seed (--bootstrap-seed)."""
     families: tuple[str, ...] = families.FAMILIES
     """The task families to run (--families); the decision needs all of them."""
+    texts: tuple[str, ...] | None = None
+    """The corpus texts to run (--texts; default the tier's); merge the others' records."""
 
     def validate(self) -> None:
         unknown = [p for p in self.parts if p not in PARTS]
@@ -80,6 +82,12 @@ class SuiteSettings:
             raise InvalidInputError(
                 f"unknown task family {', '.join(unknown_families) or '(none)'}: choose from "
                 f"{', '.join(families.FAMILIES)}"
+            )
+        unknown_texts = [t for t in self.texts or () if t not in corpus.BY_NAME]
+        if unknown_texts or self.texts == ():
+            raise InvalidInputError(
+                f"unknown corpus text {', '.join(unknown_texts) or '(none)'}: choose from "
+                f"{', '.join(corpus.BY_NAME)}"
             )
         if self.corpus_tokens is not None and self.corpus_tokens < 2:
             raise InvalidInputError(f"--tokens {self.corpus_tokens} must be at least 2")
@@ -100,11 +108,21 @@ def load_prereg(settings: SuiteSettings) -> prereg_mod.Preregistration:
 # ---- corpus ----------------------------------------------------------------------------
 
 
-def corpus_texts(tier: prereg_mod.Tier) -> tuple[corpus.CorpusText, ...]:
-    """The tier's texts: all, or the first corpus_texts of them (always one held out)."""
-    if tier.corpus_texts == 0:
-        return corpus.TEXTS
-    return corpus.TEXTS[: max(tier.corpus_texts, 2)]
+def corpus_texts(
+    tier: prereg_mod.Tier, only: Sequence[str] | None = None
+) -> tuple[corpus.CorpusText, ...]:
+    """The tier's texts: all, or the first corpus_texts of them (always one held out); with
+    `only`, those of them named there (a part of the corpus, merged with the rest later)."""
+    texts = corpus.TEXTS if tier.corpus_texts == 0 else corpus.TEXTS[: max(tier.corpus_texts, 2)]
+    if only is None:
+        return texts
+    outside = [name for name in only if name not in {t.name for t in texts}]
+    if outside:
+        raise InvalidInputError(
+            f"--texts {','.join(outside)}: not in the {tier.name} tier's corpus "
+            f"({', '.join(t.name for t in texts)})"
+        )
+    return tuple(t for t in texts if t.name in only)
 
 
 def _text_ids(model: LoadedModel, entry: corpus.CorpusText, n_tokens: int) -> list[int]:
@@ -133,8 +151,9 @@ def run_corpus(
     n_tokens: int,
     seed: int,
     progress: Steps,
+    only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    texts = corpus_texts(tier)
+    texts = corpus_texts(tier, only)
     skip = min(tier.corpus_skip, n_tokens - 2)
     per_text: list[dict[str, Any]] = []
     series_by_arm: dict[str, list[eval_stats.PositionSeries]] = {a.label: [] for a in arms}
@@ -163,13 +182,23 @@ def run_corpus(
                 )
             )
             figures["nll_delta"] = float(np.mean(arrays["nll_arm"] - arrays["nll_ref"]))
+            # what pooling needs when texts are run apart and merged (pool_from_rows)
+            s = series[arm.label]
+            total = stats_last.get(arm.label, {}).get("total", {})
+            figures["pool"] = {
+                "positions": int(len(arrays["kld"])),
+                "depth": eval_stats.bucket_means(s.kld, s.start, tier.depth_bucket),
+                "bits_all_in": total.get("bits_per_channel"),
+                "bits_beyond_window": _bits_beyond_window(stats_last.get(arm.label, {})),
+            }
             row["arms"][arm.label] = figures
             series_by_arm[arm.label].append(series[arm.label])
         held.append(entry.held_out)
         per_text.append(row)
     pooled: dict[str, Any] = {}
     for arm in arms:
-        pooled[arm.label] = _pool(arm, series_by_arm[arm.label], held, skip, tier, stats_last)
+        if any(held):
+            pooled[arm.label] = _pool(arm, series_by_arm[arm.label], held, skip, tier, stats_last)
     return {
         "tokens": n_tokens,
         "skip": skip,
@@ -218,6 +247,38 @@ def _pool(
         },
         "bits_all_in": total.get("bits_per_channel"),
         "bits_beyond_window": _bits_beyond_window(stats.get(arm.label, {})),
+    }
+
+
+def pool_from_rows(rows: Sequence[Mapping[str, Any]], label: str, bucket: int) -> dict[str, Any]:
+    """The pooled held-out figures of one arm from per-text rows (texts run apart and merged):
+    the same quantities as _pool, each text weighted by its number of positions."""
+    held = [r["arms"][label] for r in rows if r["held_out"]]
+    if not held:
+        raise InvalidInputError("--merge: the merged corpus has no held-out text")
+    n = np.array([f["pool"]["positions"] for f in held], dtype=np.float64)
+    kld = np.array([f["kld_mean"]["value"] for f in held])
+    top1 = np.array([f["top1"]["value"] for f in held])
+    nll = np.array([f["nll_delta"] for f in held])
+    depth = [f["pool"]["depth"] for f in held]
+    n_buckets = min(len(d["mean"]) for d in depth)
+    last = rows[-1]["arms"][label]["pool"]
+    return {
+        "kld_mean": float((n * kld).sum() / n.sum()),
+        "top1": float((n * top1).sum() / n.sum()),
+        "ppl_delta_pct": float((np.exp((n * nll).sum() / n.sum()) - 1.0) * 100.0),
+        "units": {
+            "kld_mean": [float(k) for k in kld],
+            "top1": [float(t) for t in top1],
+            "ppl_delta_pct": [float((np.exp(d) - 1.0) * 100.0) for d in nll],
+        },
+        "depth_curve": {
+            "bucket": bucket,
+            "position": depth[0]["position"][:n_buckets],
+            "kld_mean": [float(np.mean([d["mean"][i] for d in depth])) for i in range(n_buckets)],
+        },
+        "bits_all_in": last["bits_all_in"],
+        "bits_beyond_window": last["bits_beyond_window"],
     }
 
 
@@ -381,7 +442,7 @@ def evaluate_suite(
     if "tasks" in settings.parts:
         scoring.require_sacrebleu()
     n_tokens = settings.corpus_tokens or tier.corpus_tokens
-    texts = corpus_texts(tier) if "corpus" in settings.parts else ()
+    texts = corpus_texts(tier, settings.texts) if "corpus" in settings.parts else ()
     needed = tuple(t.name for t in texts)
     if "tasks" in settings.parts:
         needed += families.SOURCE_TEXTS
@@ -405,7 +466,9 @@ def evaluate_suite(
     }
     if "corpus" in settings.parts:
         started = time.perf_counter()
-        record["corpus"] = run_corpus(model, pre, tier, arms, n_tokens, seed, progress)
+        record["corpus"] = run_corpus(
+            model, pre, tier, arms, n_tokens, seed, progress, settings.texts
+        )
         record["seconds"]["corpus"] = round(time.perf_counter() - started, 1)
     if "tasks" in settings.parts:
         started = time.perf_counter()

@@ -52,6 +52,7 @@ def run_suite(
     json_output: bool,
     merge: str | None = None,
     families: str | None = None,
+    texts: str | None = None,
 ) -> None:
     settings = suite_mod.SuiteSettings(
         arms=arms,
@@ -63,8 +64,12 @@ def run_suite(
     )
     if families:
         settings.families = tuple(f.strip() for f in families.split(",") if f.strip())
+    if texts is not None:
+        settings.texts = tuple(t.strip() for t in texts.split(",") if t.strip())
     settings.validate()
-    suite_mod.load_prereg(settings)  # a bad file or tier fails here, before the model loads
+    pre = suite_mod.load_prereg(settings)  # a bad file or tier fails here, before the model loads
+    if "corpus" in settings.parts:
+        suite_mod.corpus_texts(pre.tier(tier), settings.texts)  # --texts outside the tier
     if "tasks" in settings.parts:
         from spinkv.eval.scoring import require_sacrebleu
 
