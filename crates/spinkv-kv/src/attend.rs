@@ -46,6 +46,9 @@ pub(crate) struct AttendJob<'a> {
     pub(crate) q: &'a [f32],
     pub(crate) start: usize,
     pub(crate) n: usize,
+    /// Sliding-window attention: a query at cache index `i` sees keys `i + 1 - window ..= i`
+    /// only (`None`: every key up to `i`).
+    pub(crate) window: Option<usize>,
     pub(crate) profile: Option<&'a PhaseCounters>,
 }
 
@@ -291,6 +294,12 @@ fn run_item_with(
         if seg.first > last_pos || n_q == 0 {
             break;
         }
+        // A page wholly before every query's window carries no weight.
+        if let Some(window) = job.window {
+            if seg.first + seg.count + window <= first_pos + 1 {
+                continue;
+            }
+        }
         // Tokens of this page any query of the item may see.
         let visible = seg.count.min(last_pos - seg.first + 1);
         // Two pages ahead: one page's scan is shorter than a DRAM round trip under load.
@@ -316,6 +325,7 @@ fn run_item_with(
         softmax_step(
             &seg,
             first_pos,
+            job.window,
             group,
             page_tokens,
             visible,
@@ -365,6 +375,7 @@ fn prefetch_segment(job: &AttendJob<'_>, kv_head: usize, index: usize) {
 fn softmax_step(
     seg: &Segment,
     first_pos: usize,
+    window: Option<usize>,
     group: usize,
     page_tokens: usize,
     visible: usize,
@@ -380,11 +391,16 @@ fn softmax_step(
         } else {
             (pos - seg.first + 1).min(visible)
         };
+        // First key of the page inside the query's sliding window.
+        let low = window.map_or(0, |w| (pos + 1).saturating_sub(w).saturating_sub(seg.first));
         let s = &mut scores[qh * page_tokens..qh * page_tokens + visible];
-        if limit == 0 {
+        if limit <= low {
             s.fill(0.0);
             continue;
         }
+        s[..low].fill(0.0);
+        let s = &mut s[low..];
+        let limit = limit - low;
         let m_new = state.m[qh].max(max_f32(&s[..limit]));
         let rescale = (state.m[qh] - m_new).exp();
         if rescale != 1.0 {

@@ -156,6 +156,18 @@ impl KvCache {
         start: usize,
         out: &mut [f32],
     ) -> Result<(), KvError> {
+        self.attend_within(layer, q, start, None, out)
+    }
+
+    /// [`KvCache::attend`], each query limited to the last `window` cache indices when set.
+    pub(crate) fn attend_within(
+        &self,
+        layer: usize,
+        q: &[f32],
+        start: usize,
+        window: Option<usize>,
+        out: &mut [f32],
+    ) -> Result<(), KvError> {
         let width = self.shape.q_width();
         let table = self.table(layer)?;
         if !q.len().is_multiple_of(width) {
@@ -197,6 +209,7 @@ impl KvCache {
             q,
             start,
             n,
+            window,
             profile: self.profile.as_deref(),
         };
         let scratch = attend(&job, out);

@@ -29,6 +29,7 @@ mod table;
 #[cfg(test)]
 mod test_support;
 mod transform;
+mod window;
 pub mod wire;
 
 pub use cache::{sealed_bits_per_channel, KvCache};

@@ -1,16 +1,118 @@
-//! `LlamaConfig`: the subset of a Hugging Face config.json that a Llama-family forward needs,
-//! validated so that later code can trust every dimension.
+//! `LlamaConfig`: the subset of a Hugging Face config.json that the decoder-only families spinkv
+//! runs need (Llama, Mistral, Qwen2, Qwen3, Gemma 3), validated so that later code can trust
+//! every dimension, and each family's quirks as plain fields the forward pass reads.
 
 use crate::error::ModelError;
 use serde::Deserialize;
 use std::path::Path;
 
-/// Architectures whose weights and forward match HF `LlamaForCausalLM`.
-const LLAMA_ARCHITECTURES: [&str; 2] = ["LlamaForCausalLM", "MistralForCausalLM"];
+/// The architectures (config.json `architectures[0]`) spinkv runs, and the `model_type` of each.
+const FAMILIES: [(&str, &str, Family); 5] = [
+    ("LlamaForCausalLM", "llama", Family::Llama),
+    ("MistralForCausalLM", "mistral", Family::Mistral),
+    ("Qwen2ForCausalLM", "qwen2", Family::Qwen2),
+    ("Qwen3ForCausalLM", "qwen3", Family::Qwen3),
+    ("Gemma3ForCausalLM", "gemma3_text", Family::Gemma3),
+];
+
+/// Decoder families; what each changes is spelled out in [`LlamaConfig`]'s fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Llama,
+    Mistral,
+    /// Q/K/V projections with biases.
+    Qwen2,
+    /// RMSNorm of every query and key head before RoPE.
+    Qwen3,
+    /// Q/K norm, norms before and after attention and MLP, `(1 + w)` norm gains, GeGLU,
+    /// embeddings × sqrt(hidden), interleaved sliding-window and global layers.
+    Gemma3,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// The MLP's gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: `silu(gate) * up`.
+    Silu,
+    /// GeGLU with the tanh approximation of GELU (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// How RoPE frequencies are scaled (HF `rope_scaling` / `rope_parameters`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by the factor.
+    Linear(f64),
+    /// Llama 3.x: low frequencies divided by `factor`, high ones kept, a smooth ramp between.
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: f64,
+    },
+}
+
+/// RoPE of one kind of layer: base and scaling.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    pub theta: f64,
+    pub scaling: RopeScaling,
+}
+
+impl Rope {
+    /// Inverse frequency of each rotation pair (`head_dim / 2` of them), as transformers'
+    /// `ROPE_INIT_FUNCTIONS` compute them; linear scaling is applied here too.
+    pub fn inv_freq(&self, head_dim: usize) -> Vec<f64> {
+        let base: Vec<f64> = (0..head_dim / 2)
+            .map(|i| 1.0 / self.theta.powf((2 * i) as f64 / head_dim as f64))
+            .collect();
+        match self.scaling {
+            RopeScaling::None => base,
+            RopeScaling::Linear(factor) => base.iter().map(|f| f / factor).collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: old,
+            } => {
+                let low_freq_wavelen = old / low_freq_factor;
+                let high_freq_wavelen = old / high_freq_factor;
+                base.iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f64::consts::PI / f;
+                        if wavelen < high_freq_wavelen {
+                            f
+                        } else if wavelen > low_freq_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (old / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaConfig {
     pub architecture: String,
+    pub family: Family,
     pub hidden_size: usize,
     pub intermediate_size: usize,
     pub num_hidden_layers: usize,
@@ -18,9 +120,31 @@ pub struct LlamaConfig {
     pub num_key_value_heads: usize,
     pub head_dim: usize,
     pub rms_norm_eps: f32,
-    pub rope_theta: f64,
-    /// Positions are divided by this before RoPE (1.0 = no scaling).
-    pub rope_linear_factor: f64,
+    /// RoPE of global layers (every layer but the sliding-window ones of Gemma 3).
+    pub rope: Rope,
+    /// RoPE of sliding-window layers, when the family gives them their own base (Gemma 3).
+    pub local_rope: Option<Rope>,
+    /// Which layers attend through a sliding window, and how wide (see [`LlamaConfig::window`]).
+    pub windows: LayerWindows,
+    /// Q/K/V projections carry biases (Qwen2; Llama's `attention_bias`).
+    pub qkv_bias: bool,
+    /// o_proj carries a bias (Llama's `attention_bias`).
+    pub o_bias: bool,
+    /// RMSNorm over each query and key head before RoPE (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// Gemma's norms: gains stored as `w` and applied as `1 + w`, a norm after attention and
+    /// after the MLP as well as before each.
+    pub gemma_norms: bool,
+    pub activation: Activation,
+    /// Embeddings are multiplied by this (Gemma: sqrt(hidden_size)).
+    pub embed_scale: f32,
+    /// Softmax scale of attention scores (`1/sqrt(head_dim)` unless the config says otherwise).
+    pub attention_scale: f64,
+    /// `attention_scale · sqrt(head_dim)`: what queries are multiplied by before the cache's
+    /// attention (which scales by `1/sqrt(head_dim)`); exactly 1 unless the config says otherwise.
+    pub query_scale: f32,
+    /// `cap · tanh(logits / cap)` on the output logits, when set.
+    pub final_logit_softcapping: Option<f32>,
     pub tie_word_embeddings: bool,
     pub vocab_size: usize,
     pub max_position_embeddings: usize,
@@ -29,6 +153,20 @@ pub struct LlamaConfig {
     pub torch_dtype: Option<String>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+}
+
+/// The sliding window of every layer, as a rule (a layer count from config.json may be huge
+/// before the weights are checked, so nothing here is sized by it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayerWindows {
+    /// Every layer attends globally.
+    None,
+    /// Every layer from `first` on has the window (Mistral: from 0; Qwen: max_window_layers).
+    From { first: usize, window: usize },
+    /// Gemma 3: layer `i` is global when `(i + 1) % pattern == 0`, else windowed.
+    Pattern { pattern: usize, window: usize },
+    /// config.json's `layer_types`, one entry per layer.
+    Listed(Vec<Option<usize>>),
 }
 
 /// config.json as written by transformers; unknown keys are ignored.
@@ -44,21 +182,31 @@ struct RawConfig {
     head_dim: Option<usize>,
     #[serde(default = "default_eps")]
     rms_norm_eps: f64,
-    #[serde(default = "default_theta")]
-    rope_theta: f64,
+    rope_theta: Option<f64>,
     rope_scaling: Option<serde_json::Value>,
+    /// transformers 5: `{rope_type, rope_theta, ...}`, or one such object per layer type.
+    rope_parameters: Option<serde_json::Value>,
+    rope_local_base_freq: Option<f64>,
     #[serde(default)]
-    tie_word_embeddings: bool,
+    tie_word_embeddings: Option<bool>,
     vocab_size: usize,
     #[serde(default = "default_max_positions")]
     max_position_embeddings: usize,
     torch_dtype: Option<String>,
+    dtype: Option<String>,
     hidden_act: Option<String>,
-    #[serde(default)]
-    attention_bias: bool,
+    hidden_activation: Option<String>,
+    attention_bias: Option<bool>,
     #[serde(default)]
     mlp_bias: bool,
     sliding_window: Option<serde_json::Value>,
+    use_sliding_window: Option<bool>,
+    max_window_layers: Option<usize>,
+    layer_types: Option<Vec<String>>,
+    sliding_window_pattern: Option<usize>,
+    query_pre_attn_scalar: Option<f64>,
+    final_logit_softcapping: Option<f64>,
+    attn_logit_softcapping: Option<f64>,
     bos_token_id: Option<serde_json::Value>,
     eos_token_id: Option<serde_json::Value>,
 }
@@ -111,9 +259,6 @@ fn key_before(before: &str) -> Option<(&str, usize)> {
 fn default_eps() -> f64 {
     1e-6
 }
-fn default_theta() -> f64 {
-    10000.0
-}
 fn default_max_positions() -> usize {
     2048
 }
@@ -144,33 +289,54 @@ impl LlamaConfig {
 
         let architecture = match (&raw.architectures, &raw.model_type) {
             (Some(list), _) if !list.is_empty() => list[0].clone(),
-            (_, Some(model_type)) if model_type == "llama" => "LlamaForCausalLM".to_string(),
-            (_, Some(model_type)) => {
-                return Err(ModelError::UnsupportedArchitecture(model_type.clone()))
-            }
+            (_, Some(model_type)) => match FAMILIES.iter().find(|f| f.1 == model_type) {
+                Some(family) => family.0.to_string(),
+                None => return Err(ModelError::UnsupportedArchitecture(model_type.clone())),
+            },
             _ => return Err(bad("neither `architectures` nor `model_type` is set".into())),
         };
-        if !LLAMA_ARCHITECTURES.contains(&architecture.as_str()) {
+        let Some(&(_, _, family)) = FAMILIES.iter().find(|f| f.0 == architecture) else {
             return Err(ModelError::UnsupportedArchitecture(architecture));
-        }
-        if let Some(act) = &raw.hidden_act {
-            if act != "silu" {
+        };
+        let gemma = family == Family::Gemma3;
+        let activation = match raw.hidden_activation.as_ref().or(raw.hidden_act.as_ref()) {
+            None if gemma => Activation::GeluTanh,
+            None => Activation::Silu,
+            Some(act) if act == "silu" && !gemma => Activation::Silu,
+            Some(act) if act == "gelu_pytorch_tanh" && gemma => Activation::GeluTanh,
+            Some(act) => {
                 return Err(ModelError::Unsupported(format!(
-                    "hidden_act {act:?} (only silu/SwiGLU is implemented)"
-                )));
+                    "hidden_act {act:?} for {} (supported: {})",
+                    family.name(),
+                    if gemma { "gelu_pytorch_tanh" } else { "silu" }
+                )))
             }
+        };
+        if raw.mlp_bias {
+            return Err(ModelError::Unsupported("mlp_bias".into()));
         }
-        if raw.attention_bias || raw.mlp_bias {
-            return Err(ModelError::Unsupported("attention_bias / mlp_bias".into()));
+        if raw.attn_logit_softcapping.is_some() {
+            return Err(ModelError::Unsupported("attn_logit_softcapping".into()));
         }
-        if let Some(window) = &raw.sliding_window {
-            if !window.is_null() {
-                return Err(ModelError::Unsupported(format!(
-                    "sliding_window attention ({window})"
-                )));
+        // Qwen2 always has Q/K/V biases (no key in its config); Llama's attention_bias puts
+        // one on every attention projection; Qwen3 and Gemma 3 put them on Q/K/V if asked.
+        let attention_bias = raw.attention_bias.unwrap_or(false);
+        let (qkv_bias, o_bias) = match family {
+            Family::Qwen2 => (true, false),
+            Family::Llama | Family::Mistral => (attention_bias, attention_bias),
+            Family::Qwen3 | Family::Gemma3 => (attention_bias, false),
+        };
+        let (rope, local_rope) = parse_rope(&raw, family)?;
+        let windows = parse_layer_windows(&raw, family)?;
+        let final_logit_softcapping = match raw.final_logit_softcapping {
+            None => None,
+            Some(cap) if cap.is_finite() && cap > 0.0 => Some(cap as f32),
+            Some(cap) => {
+                return Err(bad(format!(
+                    "final_logit_softcapping {cap} must be a finite number > 0"
+                )))
             }
-        }
-        let rope_linear_factor = parse_rope_scaling(raw.rope_scaling.as_ref())?;
+        };
 
         let num_key_value_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
         // Zero sizes first: every division and modulo below relies on them being positive.
@@ -187,6 +353,8 @@ impl LlamaConfig {
                 return Err(bad(format!("{key} must be positive, got 0")));
             }
         }
+        // Always false where usize is 32 bits (wasm32): nothing to check there.
+        #[allow(clippy::absurd_extreme_comparisons)]
         if raw.max_position_embeddings > MAX_POSITIONS {
             return Err(bad(format!(
                 "max_position_embeddings {} exceeds {MAX_POSITIONS} (positions are 32-bit)",
@@ -256,15 +424,35 @@ impl LlamaConfig {
                 raw.rms_norm_eps
             )));
         }
-        if !(raw.rope_theta.is_finite() && raw.rope_theta > 0.0) {
-            return Err(bad(format!(
-                "rope_theta {} must be a finite number > 0",
-                raw.rope_theta
-            )));
+        let attention_scale = match raw.query_pre_attn_scalar {
+            Some(scalar) if gemma && scalar.is_finite() && scalar > 0.0 => 1.0 / scalar.sqrt(),
+            Some(scalar) if gemma => {
+                return Err(bad(format!(
+                    "query_pre_attn_scalar {scalar} must be a finite number > 0"
+                )))
+            }
+            _ => 1.0 / (head_dim as f64).sqrt(),
+        };
+        if let LayerWindows::Listed(list) = &windows {
+            if list.len() != raw.num_hidden_layers {
+                return Err(bad(format!(
+                    "layer_types has {} entries for {} layers",
+                    list.len(),
+                    raw.num_hidden_layers
+                )));
+            }
         }
+        // Exactly 1 unless the scale differs from the kernel's 1/sqrt(head_dim).
+        let query_scale = match raw.query_pre_attn_scalar {
+            Some(scalar) if gemma && scalar != head_dim as f64 => {
+                (head_dim as f64 / scalar).sqrt() as f32
+            }
+            _ => 1.0,
+        };
 
         Ok(LlamaConfig {
             architecture,
+            family,
             hidden_size: raw.hidden_size,
             intermediate_size: raw.intermediate_size,
             num_hidden_layers: raw.num_hidden_layers,
@@ -272,12 +460,26 @@ impl LlamaConfig {
             num_key_value_heads,
             head_dim,
             rms_norm_eps: raw.rms_norm_eps as f32,
-            rope_theta: raw.rope_theta,
-            rope_linear_factor,
-            tie_word_embeddings: raw.tie_word_embeddings,
+            rope,
+            local_rope,
+            windows,
+            qkv_bias,
+            o_bias,
+            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
+            gemma_norms: gemma,
+            activation,
+            embed_scale: if gemma {
+                (raw.hidden_size as f32).sqrt()
+            } else {
+                1.0
+            },
+            attention_scale,
+            query_scale,
+            final_logit_softcapping,
+            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma),
             vocab_size: raw.vocab_size,
             max_position_embeddings: raw.max_position_embeddings,
-            torch_dtype: raw.torch_dtype,
+            torch_dtype: raw.torch_dtype.or(raw.dtype),
             bos_token_id: raw
                 .bos_token_id
                 .as_ref()
@@ -299,10 +501,40 @@ impl LlamaConfig {
     /// Parameter count implied by the shapes (lm_head counted once when tied).
     pub fn n_params(&self) -> usize {
         let (h, m, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
-        let attention = h * self.q_width() * 2 + h * self.kv_width() * 2;
-        let per_layer = attention + 3 * h * m + 2 * h;
+        let mut attention = h * self.q_width() * 2 + h * self.kv_width() * 2;
+        if self.qkv_bias {
+            attention += self.q_width() + 2 * self.kv_width();
+        }
+        if self.o_bias {
+            attention += h;
+        }
+        if self.qk_norm {
+            attention += 2 * self.head_dim;
+        }
+        let norms = if self.gemma_norms { 4 * h } else { 2 * h };
+        let per_layer = attention + 3 * h * m + norms;
         let lm_head = if self.tie_word_embeddings { 0 } else { v * h };
         v * h + self.num_hidden_layers * per_layer + h + lm_head
+    }
+
+    /// The sliding window of `layer` (`None`: global attention).
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        match &self.windows {
+            LayerWindows::None => None,
+            LayerWindows::From { first, window } => (layer >= *first).then_some(*window),
+            LayerWindows::Pattern { pattern, window } => {
+                (!(layer + 1).is_multiple_of(*pattern)).then_some(*window)
+            }
+            LayerWindows::Listed(list) => list.get(layer).copied().flatten(),
+        }
+    }
+
+    /// RoPE of `layer`: Gemma 3's local base on its sliding-window layers, else the global one.
+    pub fn rope_of(&self, layer: usize) -> &Rope {
+        match (&self.local_rope, self.window(layer)) {
+            (Some(local), Some(_)) => local,
+            _ => &self.rope,
+        }
     }
 
     /// fp16 KV-cache bytes per token (K and V, all layers).
@@ -311,28 +543,170 @@ impl LlamaConfig {
     }
 }
 
-fn parse_rope_scaling(value: Option<&serde_json::Value>) -> Result<f64, ModelError> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(1.0);
-    };
-    let kind = value
-        .get("rope_type")
-        .or_else(|| value.get("type"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("<missing>");
-    match kind {
-        "default" => Ok(1.0),
-        "linear" => match value.get("factor").and_then(|f| f.as_f64()) {
-            Some(factor) if factor.is_finite() && factor > 0.0 => Ok(factor),
-            _ => Err(ModelError::Config {
-                path: Default::default(),
-                reason: format!("rope_scaling linear needs a positive factor, got {value}"),
-            }),
-        },
-        other => Err(ModelError::Unsupported(format!(
-            "rope_scaling type {other:?} (supported: none, linear)"
-        ))),
+fn config_error(reason: String) -> ModelError {
+    ModelError::Config {
+        path: Default::default(),
+        reason,
     }
+}
+
+fn positive(what: &str, value: Option<f64>) -> Result<f64, ModelError> {
+    match value {
+        Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Some(v) => Err(config_error(format!(
+            "{what} {v} must be a finite number > 0"
+        ))),
+        None => Err(config_error(format!("{what} is missing"))),
+    }
+}
+
+/// One RoPE description: `rope_theta` (given, or inside the object) and the scaling the object
+/// names (`rope_type` or the older `type`).
+fn parse_rope_object(
+    value: Option<&serde_json::Value>,
+    theta: Option<f64>,
+) -> Result<Rope, ModelError> {
+    let value = value.filter(|v| !v.is_null());
+    let number = |key: &str| value.and_then(|v| v.get(key)).and_then(|f| f.as_f64());
+    let theta = positive("rope_theta", number("rope_theta").or(theta))?;
+    let kind = value
+        .and_then(|v| v.get("rope_type").or_else(|| v.get("type")))
+        .and_then(|v| v.as_str())
+        .unwrap_or("default");
+    let scaling = match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear(positive("rope_scaling linear factor", number("factor"))?),
+        "llama3" => {
+            let low = positive("rope_scaling low_freq_factor", number("low_freq_factor"))?;
+            let high = positive("rope_scaling high_freq_factor", number("high_freq_factor"))?;
+            if high <= low {
+                return Err(config_error(format!(
+                    "rope_scaling high_freq_factor {high} must exceed low_freq_factor {low}"
+                )));
+            }
+            RopeScaling::Llama3 {
+                factor: positive("rope_scaling factor", number("factor"))?,
+                low_freq_factor: low,
+                high_freq_factor: high,
+                original_max_position_embeddings: positive(
+                    "rope_scaling original_max_position_embeddings",
+                    number("original_max_position_embeddings"),
+                )?,
+            }
+        }
+        other => {
+            return Err(ModelError::Unsupported(format!(
+                "rope_scaling type {other:?} (supported: default, linear, llama3)"
+            )))
+        }
+    };
+    Ok(Rope { theta, scaling })
+}
+
+/// Global and (Gemma 3) local RoPE, from `rope_theta` + `rope_scaling` (+ `rope_local_base_freq`)
+/// or transformers 5's `rope_parameters` (per layer type for Gemma 3).
+fn parse_rope(raw: &RawConfig, family: Family) -> Result<(Rope, Option<Rope>), ModelError> {
+    let default_theta = match family {
+        Family::Gemma3 => 1_000_000.0,
+        _ => 10_000.0,
+    };
+    let theta = raw.rope_theta.or(Some(default_theta));
+    let per_type = raw
+        .rope_parameters
+        .as_ref()
+        .filter(|p| p.get("full_attention").is_some() || p.get("sliding_attention").is_some());
+    let (global, local) = match per_type {
+        Some(params) => (
+            parse_rope_object(params.get("full_attention"), theta)?,
+            params
+                .get("sliding_attention")
+                .map(|p| parse_rope_object(Some(p), Some(10_000.0)))
+                .transpose()?,
+        ),
+        None => (
+            parse_rope_object(
+                raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref()),
+                theta,
+            )?,
+            None,
+        ),
+    };
+    let local = match family {
+        Family::Gemma3 => Some(match local {
+            Some(rope) => rope,
+            None => Rope {
+                theta: positive(
+                    "rope_local_base_freq",
+                    raw.rope_local_base_freq.or(Some(10_000.0)),
+                )?,
+                scaling: RopeScaling::None,
+            },
+        }),
+        _ => None,
+    };
+    Ok((global, local))
+}
+
+/// The sliding window of each layer: `layer_types` when given, else each family's rule.
+fn parse_layer_windows(raw: &RawConfig, family: Family) -> Result<LayerWindows, ModelError> {
+    let window = match &raw.sliding_window {
+        None | Some(serde_json::Value::Null) => None,
+        Some(value) => match value.as_u64() {
+            Some(w) => Some(
+                usize::try_from(w)
+                    .map_err(|_| config_error(format!("sliding_window {w} is too large")))?,
+            ),
+            None => {
+                return Err(config_error(format!(
+                    "sliding_window {value} is not a token count"
+                )))
+            }
+        },
+    };
+    // Qwen2/3 configs carry a sliding_window that is only used when use_sliding_window is on.
+    let window = match family {
+        Family::Qwen2 | Family::Qwen3 if raw.use_sliding_window != Some(true) => None,
+        Family::Llama if window.is_some() => {
+            return Err(ModelError::Unsupported(
+                "sliding_window on a Llama model (use MistralForCausalLM)".into(),
+            ))
+        }
+        _ => window,
+    };
+    if window == Some(0) {
+        return Err(config_error(
+            "sliding_window must be positive, got 0".into(),
+        ));
+    }
+    if let Some(types) = &raw.layer_types {
+        return types
+            .iter()
+            .map(|kind| match kind.as_str() {
+                "full_attention" => Ok(None),
+                "sliding_attention" => window.map(Some).ok_or_else(|| {
+                    config_error(
+                        "layer_types names sliding_attention but sliding_window is not set".into(),
+                    )
+                }),
+                other => Err(ModelError::Unsupported(format!("layer type {other:?}"))),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(LayerWindows::Listed);
+    }
+    let Some(window) = window else {
+        return Ok(LayerWindows::None);
+    };
+    Ok(match family {
+        Family::Gemma3 => LayerWindows::Pattern {
+            pattern: raw.sliding_window_pattern.unwrap_or(6).max(1),
+            window,
+        },
+        Family::Qwen2 | Family::Qwen3 => LayerWindows::From {
+            first: raw.max_window_layers.unwrap_or(28),
+            window,
+        },
+        Family::Llama | Family::Mistral => LayerWindows::From { first: 0, window },
+    })
 }
 
 /// `eos_token_id` may be a number or a list of numbers.
@@ -364,7 +738,8 @@ mod tests {
         let c = LlamaConfig::from_json(SMOLLM2).unwrap();
         assert_eq!(c.head_dim, 64);
         assert_eq!(c.kv_width(), 192);
-        assert_eq!(c.rope_linear_factor, 1.0);
+        assert_eq!(c.rope.scaling, RopeScaling::None);
+        assert_eq!(c.family, Family::Llama);
         assert_eq!(c.eos_token_ids, vec![2]);
         assert_eq!(c.kv_bytes_per_token_fp16(), 23_040);
         assert_eq!(c.n_params(), 134_515_008);
@@ -390,7 +765,7 @@ mod tests {
     fn rope_scaling_linear_and_unsupported() {
         let c = LlamaConfig::from_json(&with("rope_scaling", r#"{"type":"linear","factor":4.0}"#))
             .unwrap();
-        assert_eq!(c.rope_linear_factor, 4.0);
+        assert_eq!(c.rope.scaling, RopeScaling::Linear(4.0));
         let err = LlamaConfig::from_json(&with(
             "rope_scaling",
             r#"{"rope_type":"yarn","factor":4.0}"#,
@@ -500,5 +875,72 @@ mod tests {
             assert!(got.contains(expected), "{key}={value}: {got}");
             assert!(!got.contains('\n'), "{got}");
         }
+    }
+
+    #[test]
+    fn family_quirks_come_from_config_json() {
+        let qwen2 =
+            LlamaConfig::from_json(&with("architectures", r#"["Qwen2ForCausalLM"]"#).replace(
+                r#""hidden_act":"silu""#,
+                r#""hidden_act":"silu","use_sliding_window":false,"sliding_window":4096"#,
+            ))
+            .unwrap();
+        assert_eq!(qwen2.family, Family::Qwen2);
+        assert!(qwen2.qkv_bias && !qwen2.o_bias && !qwen2.qk_norm);
+        assert_eq!(qwen2.windows, LayerWindows::None);
+        let qwen3 =
+            LlamaConfig::from_json(&with("architectures", r#"["Qwen3ForCausalLM"]"#)).unwrap();
+        assert!(qwen3.qk_norm && !qwen3.qkv_bias);
+        let mistral =
+            LlamaConfig::from_json(&with("architectures", r#"["MistralForCausalLM"]"#).replace(
+                r#""hidden_act":"silu""#,
+                r#""hidden_act":"silu","sliding_window":4096"#,
+            ))
+            .unwrap();
+        assert!((0..30).all(|i| mistral.window(i) == Some(4096)));
+        let err =
+            LlamaConfig::from_json(&with("architectures", r#"["Gemma2ForCausalLM"]"#)).unwrap_err();
+        assert_eq!(err.to_string().lines().count(), 1, "one line: {err}");
+    }
+
+    #[test]
+    fn gemma3_layers_alternate_and_use_their_rope_base() {
+        let text = r#"{"architectures":["Gemma3ForCausalLM"],"hidden_size":640,
+            "intermediate_size":2048,"num_hidden_layers":18,"num_attention_heads":4,
+            "num_key_value_heads":1,"head_dim":256,"query_pre_attn_scalar":256,
+            "sliding_window":512,"rope_theta":1000000.0,"rope_local_base_freq":10000.0,
+            "vocab_size":262144,"max_position_embeddings":32768,"rms_norm_eps":1e-6}"#;
+        let c = LlamaConfig::from_json(text).unwrap();
+        let globals: Vec<usize> = (0..18).filter(|&i| c.window(i).is_none()).collect();
+        assert_eq!(globals, vec![5, 11, 17]);
+        assert_eq!(c.window(0), Some(512));
+        assert_eq!(c.rope_of(5).theta, 1_000_000.0);
+        assert_eq!(c.rope_of(0).theta, 10_000.0);
+        assert!(c.tie_word_embeddings && c.gemma_norms && c.qk_norm);
+        assert_eq!(c.activation, Activation::GeluTanh);
+        assert!((c.embed_scale - 640f32.sqrt()).abs() < 1e-6);
+        assert!((c.attention_scale - 1.0 / 16.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn llama3_rope_keeps_high_divides_low_and_ramps_between() {
+        let rope = Rope {
+            theta: 500_000.0,
+            scaling: RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 8192.0,
+            },
+        };
+        let plain = Rope {
+            theta: 500_000.0,
+            scaling: RopeScaling::None,
+        };
+        let (scaled, base) = (rope.inv_freq(128), plain.inv_freq(128));
+        assert_eq!(scaled[0], base[0]);
+        assert_eq!(scaled[63], base[63] / 8.0);
+        let ramped = (0..64).filter(|&i| scaled[i] < base[i] && scaled[i] > base[i] / 8.0);
+        assert!(ramped.count() > 0);
     }
 }

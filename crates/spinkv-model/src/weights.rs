@@ -65,6 +65,24 @@ pub(crate) struct LayerWeights {
     pub gate_proj: Matrix,
     pub up_proj: Matrix,
     pub down_proj: Matrix,
+    /// What other families add (all `None`/empty for Llama): see [`LayerExtras`].
+    pub extras: LayerExtras,
+}
+
+/// Per-layer tensors beyond Llama's, present as the config's family asks. Gemma's norm gains
+/// are stored here (and in `attn_norm`, `mlp_norm`, `final_norm`) as `1 + w`, the gain they apply.
+#[derive(Default)]
+pub(crate) struct LayerExtras {
+    pub q_bias: Option<Vec<f32>>,
+    pub k_bias: Option<Vec<f32>>,
+    pub v_bias: Option<Vec<f32>>,
+    pub o_bias: Option<Vec<f32>>,
+    /// `[head_dim]` RMSNorm gains of every query / key head (Qwen3, Gemma 3).
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    /// Gemma: norms of the attention output and of the MLP output, before their residual adds.
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_mlp_norm: Option<Vec<f32>>,
 }
 
 /// An owned byte buffer, 8-byte aligned so that f16/bf16/f32 tensors inside a safetensors file
@@ -291,21 +309,65 @@ impl Weights {
         // billions of layers; the weights present are the truth.
         check_layer_count(dir, &index, config.num_hidden_layers)?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        // Gemma stores norm gains as w and applies 1 + w.
+        let norm_offset = if config.gemma_norms { 1.0 } else { 0.0 };
+        let norm = |name: &str, len: usize| -> Result<Vec<f32>, ModelError> {
+            let mut gains = loader.vector(name, len)?;
+            gains.iter_mut().for_each(|g| *g += norm_offset);
+            Ok(gains)
+        };
+        // Gemma's post_attention_layernorm follows attention; its MLP's input norm is
+        // pre_feedforward_layernorm. Llama's post_attention_layernorm is the MLP's input norm.
+        let mlp_norm_name = if config.gemma_norms {
+            "pre_feedforward_layernorm"
+        } else {
+            "post_attention_layernorm"
+        };
+        let d = config.head_dim;
         for i in 0..config.num_hidden_layers {
             let p = format!("model.layers.{i}");
+            let optional = |present: bool, name: &str, len: usize| {
+                present
+                    .then(|| loader.vector(&format!("{p}.{name}"), len))
+                    .transpose()
+            };
+            let optional_norm = |present: bool, name: &str, len: usize| {
+                present
+                    .then(|| norm(&format!("{p}.{name}"), len))
+                    .transpose()
+            };
+            let extras = LayerExtras {
+                q_bias: optional(config.qkv_bias, "self_attn.q_proj.bias", q)?,
+                k_bias: optional(config.qkv_bias, "self_attn.k_proj.bias", kv)?,
+                v_bias: optional(config.qkv_bias, "self_attn.v_proj.bias", kv)?,
+                o_bias: optional(config.o_bias, "self_attn.o_proj.bias", h)?,
+                q_norm: optional_norm(config.qk_norm, "self_attn.q_norm.weight", d)?,
+                k_norm: optional_norm(config.qk_norm, "self_attn.k_norm.weight", d)?,
+                post_attn_norm: optional_norm(
+                    config.gemma_norms,
+                    "post_attention_layernorm.weight",
+                    h,
+                )?,
+                post_mlp_norm: optional_norm(
+                    config.gemma_norms,
+                    "post_feedforward_layernorm.weight",
+                    h,
+                )?,
+            };
             layers.push(LayerWeights {
-                attn_norm: loader.vector(&format!("{p}.input_layernorm.weight"), h)?,
+                attn_norm: norm(&format!("{p}.input_layernorm.weight"), h)?,
                 q_proj: loader.matrix(&format!("{p}.self_attn.q_proj.weight"), q, h)?,
                 k_proj: loader.matrix(&format!("{p}.self_attn.k_proj.weight"), kv, h)?,
                 v_proj: loader.matrix(&format!("{p}.self_attn.v_proj.weight"), kv, h)?,
                 o_proj: loader.matrix(&format!("{p}.self_attn.o_proj.weight"), h, q)?,
-                mlp_norm: loader.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+                mlp_norm: norm(&format!("{p}.{mlp_norm_name}.weight"), h)?,
                 gate_proj: loader.matrix(&format!("{p}.mlp.gate_proj.weight"), m, h)?,
                 up_proj: loader.matrix(&format!("{p}.mlp.up_proj.weight"), m, h)?,
                 down_proj: loader.matrix(&format!("{p}.mlp.down_proj.weight"), h, m)?,
+                extras,
             });
         }
-        let final_norm = loader.vector("model.norm.weight", h)?;
+        let final_norm = norm("model.norm.weight", h)?;
         let lm_head = if config.tie_word_embeddings {
             None
         } else {

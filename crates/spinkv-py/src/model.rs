@@ -35,7 +35,8 @@ impl PyModel {
         let d = PyDict::new(py);
         put_dimensions(&d, c)?;
         d.set_item("max_context", c.max_position_embeddings)?;
-        d.set_item("rope_theta", c.rope_theta)?;
+        d.set_item("rope_theta", c.rope.theta)?;
+        d.set_item("family", c.family.name())?;
         d.set_item("tie_word_embeddings", c.tie_word_embeddings)?;
         d.set_item("dtype", self.inner.dtype().name())?;
         d.set_item("n_params", c.n_params())?;
