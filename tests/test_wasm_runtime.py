@@ -178,3 +178,51 @@ def test_bad_calls_are_one_line_errors(wasm_bundle: Path, loaded: Any) -> None:
     assert "top_p" in records[6]["error"]
     stats = _ok(records[8])
     assert stats["cache"]["codec"] == "kivi" and stats["memory"]["pages"] > 0
+
+
+def test_a_chat_grows_no_memory_after_warm_up(wasm_bundle: Path, loaded: Any) -> None:
+    """The short version of benches/web_memory.py: a turbo session (the whole context's pages
+    reserved), a warm-up turn, `mark`, then turns whose prompts grow the conversation past a
+    page boundary and a prefill block: no memory growth after warm-up, none during decode."""
+    turn = {"op": "chat", "max_tokens": 8}
+    calls: list[dict[str, Any]] = [
+        {"op": "load"},
+        {"op": "session", "kv": "turbo"},
+        {**turn, "messages": [{"role": "user", "content": PROMPTS[0]}]},
+        {"op": "mark"},
+    ]
+    paragraph = " ".join(["The quick brown fox jumps over the lazy dog."] * 30)
+    for _ in range(2):
+        calls.append({**turn, "append_ids": loaded.tokenize(f"<|im_end|>\n{paragraph}")})
+    calls.append({"op": "stats"})
+    records = _run(wasm_bundle, loaded.path, calls)
+    stats = _ok(records[-1])
+    memory = stats["memory"]
+    assert stats["session"]["tokens"] > 600, stats["session"]
+    assert memory["growth_events"] > 0  # the weights and the reserved pages
+    assert memory["growth_since_mark"] == 0, memory
+    assert memory["growth_during_decode"] == 0, memory
+    assert memory["peak_pages"] == memory["pages"] > 0
+
+
+def test_bench_isa_simd128_runs_the_model_in_wasm_beside_native(
+    wasm_bundle: Path, default_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`spinkv bench --isa simd128`: rows for the native ISA and for simd128 (the wasm runtime
+    in node) from the same cases, the same greedy tokens, and the ratio in the notes."""
+    from spinkv import _native
+    from spinkv.cli.app import run_cli
+
+    args = ["bench", "-m", str(default_model_dir), "--isa", "simd128", "-d", "32"]
+    code = run_cli([*args, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--kv", "fp16", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    record = json.loads(out)
+    rows = {row["isa"]: row for row in record["rows"]}
+    assert set(rows) == {_native.isa(), "simd128"}, rows.keys()
+    wasm, native = rows["simd128"], rows[_native.isa()]
+    assert wasm["tg_tok_s"] > 0 and wasm["depth"] == 32 and wasm["kv"] == "fp16"
+    assert wasm["greedy_tokens"] == native["greedy_tokens"]
+    assert wasm["peak_rss_bytes"] > 269_000_000  # the wasm memory holds the f16 weights
+    assert any(n.startswith("decode simd128 (wasm, 1 thread) / ") for n in record["notes"])
+    assert "simd128" in record["system"]["isas"]

@@ -9,17 +9,22 @@
 //   {"op": "restore_file", "path"} / {"op": "read_file", "path"}  a session file from disk
 // One JSON line per call on stdout: {"ok": true, "result": ...} or {"ok": false, "error",
 // "kind", "fields"}. Exit status 1 when a call failed, unless it said "expect_error": true.
+//
+// With --serve (after MODEL_DIR) the calls come one JSON line at a time on stdin and each is
+// answered before the next is read (`spinkv bench --isa simd128` times the runtime this way).
 import { closeSync, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { SpinKV, SpinKVError } from "../../cli/spinkv/web/static/spinkv.js";
 
-const [wasmPath, manifestPath, modelDir] = process.argv.slice(2);
+const [wasmPath, manifestPath, modelDir, mode] = process.argv.slice(2);
 if (!wasmPath || !manifestPath || !modelDir) {
-  console.error("usage: node runtime.mjs MODULE.wasm MANIFEST.json MODEL_DIR < calls.json");
+  console.error("usage: node runtime.mjs MODULE.wasm MANIFEST.json MODEL_DIR [--serve] < calls");
   process.exit(2);
 }
 const manifest = JSON.parse(readFileSync(manifestPath, "utf8"));
-const calls = JSON.parse(readFileSync(0, "utf8"));
+const serve = mode === "--serve";
+const calls = serve ? [] : JSON.parse(readFileSync(0, "utf8"));
 const rt = await SpinKV.instantiate(readFileSync(wasmPath), {
   log: (line) => console.error(line),
 });
@@ -71,14 +76,28 @@ function run(call) {
   return rt.call(op, args);
 }
 
-let status = 0;
-for (const call of calls) {
+/** Runs one call; returns its reply line and whether it failed unexpectedly. */
+function answer(call) {
   try {
-    console.log(JSON.stringify({ ok: true, result: run(call) }));
+    return [JSON.stringify({ ok: true, result: run(call) }), false];
   } catch (e) {
     if (!(e instanceof SpinKVError)) throw e;
-    console.log(JSON.stringify({ ok: false, error: e.message, kind: e.kind, fields: e.fields }));
-    if (!call.expect_error) status = 1;
+    const reply = { ok: false, error: e.message, kind: e.kind, fields: e.fields };
+    return [JSON.stringify(reply), !call.expect_error];
+  }
+}
+
+let status = 0;
+if (serve) {
+  for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+    if (!line.trim()) continue;
+    process.stdout.write(answer(JSON.parse(line))[0] + "\n");
+  }
+} else {
+  for (const call of calls) {
+    const [reply, failed] = answer(call);
+    console.log(reply);
+    if (failed) status = 1;
   }
 }
 process.exit(status);

@@ -34,7 +34,10 @@ DepthOption = Annotated[
 IsaOption = Annotated[
     Optional[str],
     opt.option(
-        "--isa", help="Instruction sets, e.g. scalar,avx2 (default: the one in use).", panel=BENCH
+        "--isa",
+        help="Instruction sets, e.g. scalar,avx2 (default: the one in use); simd128 adds the "
+        "browser build (wasm, run in node) beside native.",
+        panel=BENCH,
     ),
 ]
 
@@ -122,6 +125,13 @@ def bench_command(
     from spinkv.bench import runner as bench_run
 
     cross_isas: tuple[str, ...] = ()
+    with_wasm = False
+    if not kernels:
+        from spinkv.bench.wasm import split_wasm
+
+        settings, with_wasm = split_wasm(settings)
+        if with_wasm and compare_llama_cpp:
+            raise InvalidInputError("--isa simd128 and --compare-llama-cpp do not go together")
     if kernels:
         from spinkv.bench.cross import split_cross
 
@@ -145,7 +155,7 @@ def bench_command(
         n=n_gen,
         d=depth,
         r=reps,
-        isa=",".join((*settings.isas, *cross_isas)),
+        isa=",".join((*settings.isas, *cross_isas, *(("simd128",) if with_wasm else ()))),
         t=threads,
         kv=kv,
         kernels=kernels,
@@ -164,6 +174,11 @@ def bench_command(
                 cross_isas=cross_isas,
             )
             columns: list[Column] | None = KERNEL_COLUMNS
+        elif with_wasm:
+            from spinkv.bench.wasm import run_with_wasm
+
+            record = run_with_wasm(loaded, settings, progress, command=command)
+            columns = None
         else:
             record = bench_run.run_benchmark(
                 loaded,

@@ -161,6 +161,20 @@ impl Memory {
     }
 }
 
+/// Free heap kept behind a session's reserved cache pages. What else a conversation
+/// allocates grows with it — the token list, the prompt of each turn and its JSON reply,
+/// prefill scratch, page tables — and is mostly freed again, so once the heap has room for the
+/// largest of these a long chat grows wasm memory no more: grown up front, in one step.
+const HEADROOM_BYTES: usize = 32 << 20;
+
+/// Makes sure the heap holds [`HEADROOM_BYTES`] free: allocated and freed at once, the block
+/// returns to the allocator (wasm memory never shrinks), where later allocations find it.
+fn keep_headroom() {
+    let mut block: Vec<u8> = Vec::new();
+    // Refused on a nearly full 4 GiB: then the conversation grows memory when it must.
+    let _ = block.try_reserve_exact(HEADROOM_BYTES);
+}
+
 struct Loaded {
     name: String,
     model: Arc<Model>,
@@ -385,6 +399,27 @@ impl Engine {
             "read_session" => self.read_session(args, buffers),
             "restore" => self.restore(args, buffers),
             "bench" => self.bench(args),
+            // Step by step, for a host that times each call (`spinkv bench --isa simd128`).
+            "decode" => self.decode(args),
+            "greedy" => self.greedy(),
+            "checkpoint" => self.idle_session().map(|s| {
+                s.checkpoint();
+                json!({ "tokens": s.len() })
+            }),
+            // Back to the checkpoint, which stays (the bench returns to it every repetition).
+            "rollback" => self.idle_session().and_then(|s| match s.rollback_turn() {
+                true => {
+                    s.checkpoint();
+                    Ok(json!({ "tokens": s.len() }))
+                }
+                false => Err(invalid("no checkpoint to go back to")),
+            }),
+            "timings" => self.idle_session().map(|s| timings_json(s)),
+            "reset_timings" => self.idle_session().map(|s| {
+                s.reset_timings();
+                json!({})
+            }),
+            "cache_stats" => self.idle_session().map(|s| stats_json(&s.cache_stats())),
             other => Err(invalid(format!("unknown call {other:?}"))),
         }
     }
@@ -549,6 +584,7 @@ impl Engine {
         let mut session = Session::new(model, config).map_err(model_error)?;
         let reserve = count_field(args, "reserve")?.unwrap_or(session.max_context());
         session.reserve(reserve.min(session.max_context()));
+        keep_headroom();
         let max_context = session.max_context();
         let config = session.cache().config().clone();
         self.chat = Some(Chat {
@@ -606,6 +642,34 @@ impl Engine {
     }
 
     /// Raw tokens into the session (tests and benchmarks): `{tokens}`.
+    /// The session while no reply streams (the step-by-step calls work on it directly).
+    fn idle_session(&mut self) -> Result<&mut Session, CallError> {
+        let chat = self.chat()?;
+        if chat.turn.is_some() {
+            return Err(invalid("a reply is streaming: stop it first"));
+        }
+        Ok(&mut chat.session)
+    }
+
+    /// Feeds one token: `{token}`.
+    fn decode(&mut self, args: &Value) -> CallResult {
+        let token = field(args, "token")
+            .and_then(|t| t.as_u64())
+            .and_then(|t| u32::try_from(t).ok())
+            .ok_or_else(|| invalid("decode needs token: a token id"))?;
+        let session = self.idle_session()?;
+        session.decode(token).map_err(model_error)?;
+        Ok(json!({ "tokens": session.len() }))
+    }
+
+    /// The greedy next token after the last one fed (sampled, so timed as native sampling is).
+    fn greedy(&mut self) -> CallResult {
+        let session = self.idle_session()?;
+        let mut sampler = Sampler::new(SamplerParams::default()).map_err(model_error)?;
+        let token = session.sample(&mut sampler).map_err(model_error)?;
+        Ok(json!({ "token": token }))
+    }
+
     fn prefill(&mut self, args: &Value) -> CallResult {
         let tokens = token_list(field(args, "tokens").unwrap_or(&Value::Null), "tokens")?;
         let chat = self.chat()?;
@@ -920,6 +984,7 @@ impl Engine {
         })?;
         let max_context = chat.session.max_context();
         chat.session.reserve(max_context);
+        keep_headroom();
         Ok(json!({
             "transcript": transcript,
             "tokens": chat.session.len(),

@@ -28,6 +28,8 @@ use std::arch::x86_64::{__m256, __m512, __mmask16};
 pub trait Lanes: Copy {
     /// Whether the elements already are f32 (nothing to widen).
     const IS_F32: bool = false;
+    /// Whether the elements are IEEE halves (SIMD128 widens their rows on a faster path).
+    const IS_F16: bool = false;
     fn widen(self) -> f32;
     /// # Safety
     /// `ptr` valid for reading 8 elements; AVX2+FMA+F16C present.
@@ -53,9 +55,10 @@ pub trait Lanes: Copy {
 
 /// Implements [`Lanes`] for `$ty` with the loaders each ISA module names after it.
 macro_rules! lanes {
-    ($ty:ty, $is_f32:expr, $widen:expr, $load8:ident, $load16:ident, $load16_masked:ident, $load4:ident) => {
+    ($ty:ty, $is_f32:expr, $is_f16:expr, $widen:expr, $load8:ident, $load16:ident, $load16_masked:ident, $load4:ident) => {
         impl Lanes for $ty {
             const IS_F32: bool = $is_f32;
+            const IS_F16: bool = $is_f16;
             #[inline(always)]
             fn widen(self) -> f32 {
                 $widen(self)
@@ -94,6 +97,7 @@ macro_rules! lanes {
 lanes!(
     f32,
     true,
+    false,
     |v| v,
     load8_f32,
     load16_f32,
@@ -103,6 +107,7 @@ lanes!(
 lanes!(
     half::f16,
     false,
+    true,
     half::f16::to_f32,
     load8_f16,
     load16_f16,
@@ -111,6 +116,7 @@ lanes!(
 );
 lanes!(
     half::bf16,
+    false,
     false,
     half::bf16::to_f32,
     load8_bf16,
@@ -121,6 +127,7 @@ lanes!(
 
 lanes!(
     i8,
+    false,
     false,
     |v: i8| v as f32,
     load8_i8,

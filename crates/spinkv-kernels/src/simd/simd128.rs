@@ -207,6 +207,26 @@ unsafe fn dot_chains<L: Lanes, const CHAINS: usize>(x: *const L, y: *const f32, 
             }
             i += 4 * CHAINS;
         }
+    }
+    // SAFETY: as the caller guarantees; i <= n.
+    unsafe { finish_chains(acc, x, y, i, n) }
+}
+
+/// The end of [`dot_chains`] from element `i` (the main loop's stop): one more chain-0 step
+/// per 4 elements, the chains summed pairwise, then the last `n % 4` products one by one.
+///
+/// # Safety
+/// `x` and `y` valid for `n` elements, `i <= n`.
+#[inline(always)]
+unsafe fn finish_chains<L: Lanes, const CHAINS: usize>(
+    mut acc: [v128; CHAINS],
+    x: *const L,
+    y: *const f32,
+    mut i: usize,
+    n: usize,
+) -> f32 {
+    // SAFETY: every 4-lane load covers lanes below n.
+    unsafe {
         while i + 4 <= n {
             acc[0] = f32x4_add(acc[0], f32x4_mul(L::load4(x.add(i)), load(y.add(i))));
             i += 4;
@@ -251,8 +271,64 @@ pub(crate) unsafe fn dot<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 
 /// `x` and `y` valid for `n` elements.
 #[inline(always)]
 pub(crate) unsafe fn dot16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 {
-    // SAFETY: as the caller guarantees.
-    unsafe { dot_chains::<L, 4>(x, y, n) }
+    // SAFETY: as the caller guarantees (an f16 row is read as its bits).
+    unsafe {
+        if L::IS_F16 {
+            if let Some(sum) = dot16_finite_f16(x, y, n) {
+                return sum;
+            }
+        }
+        dot_chains::<L, 4>(x, y, n)
+    }
+}
+
+/// [`dot16`] of an f16 row, bit-identical to the general path but about twice as fast: the
+/// halves of the 16-element steps are widened by placing their bits in the top of a 32-bit
+/// lane, an arithmetic shift by 3 and a mask (the half's sign, exponent and mantissa where an
+/// f32's go, exponent bias 15 read as 127), and one exact multiply by 2^112 — right for
+/// every finite half, subnormals and signed zeros included. A half with the top exponent
+/// (inf, NaN) would come out finite, so the largest exponent seen is tracked and such a row
+/// returns `None` for the caller to take the general path. Decode reads every weight once
+/// per token through this (SIMD128 has no half conversion instruction).
+///
+/// # Safety
+/// `x` and `y` valid for `n` elements; `L` is `half::f16`.
+#[inline(always)]
+unsafe fn dot16_finite_f16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> Option<f32> {
+    let bits = x as *const u16;
+    let scale = f32x4_splat(f32::from_bits((127 + 112) << 23));
+    let keep = u32x4_splat(0x8fff_ffff);
+    let zero = u32x4_splat(0);
+    let widen = |top: v128| f32x4_mul(v128_and(i32x4_shr(top, 3), keep), scale);
+    let mut acc = [f32x4_splat(0.0); 4];
+    // Exponent and mantissa bits of every half seen (shifted past the sign), lane-wise max.
+    let mut largest = u16x8_splat(0);
+    let mut i = 0;
+    // SAFETY: the two 8-half loads and four f32 loads cover i..i + 16 <= n.
+    unsafe {
+        while i + 16 <= n {
+            let (lo, hi) = (
+                v128_load(bits.add(i) as *const v128),
+                v128_load(bits.add(i + 8) as *const v128),
+            );
+            largest = u16x8_max(largest, u16x8_max(i16x8_shl(lo, 1), i16x8_shl(hi, 1)));
+            let halves = [
+                i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(lo, zero),
+                i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(lo, zero),
+                i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(hi, zero),
+                i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(hi, zero),
+            ];
+            for (c, (acc, h)) in acc.iter_mut().zip(halves).enumerate() {
+                *acc = f32x4_add(*acc, f32x4_mul(widen(h), load(y.add(i + 4 * c))));
+            }
+            i += 16;
+        }
+    }
+    if v128_any_true(u16x8_ge(largest, u16x8_splat(0x7c00 << 1))) {
+        return None;
+    }
+    // SAFETY: as the caller guarantees; i <= n.
+    Some(unsafe { finish_chains(acc, x, y, i, n) })
 }
 
 /// e^x for 4 lanes, the same range reduction and polynomial as the other ISAs (separate
