@@ -1,7 +1,9 @@
 //! Prefill `depth` tokens, then time greedy decode steps.
 //!
 //! cargo run --release -p spinkv-model --example decode_bench -- MODEL_DIR [depth=512] [steps=64] [runs=3] [threads=0]
-//! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=fp16|turbo|... for the cache.
+//! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=fp16|turbo|... for the cache,
+//! SPINKV_PROFILE=1 for the KV phases' thread-ms per token (a clock read per page phase: the
+//! decode rate of a profiled run is lower than an unprofiled one's).
 
 use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
 use std::path::PathBuf;
@@ -51,6 +53,7 @@ fn main() {
     let prompt: Vec<u32> = (0..depth as u32)
         .map(|i| 100 + (i * 7919) % (vocab - 100))
         .collect();
+    let profile = std::env::var("SPINKV_PROFILE").is_ok_and(|v| v == "1");
     let mut decode_rates = Vec::new();
     let mut prefill_rates = Vec::new();
     for run in 0..runs {
@@ -66,6 +69,7 @@ fn main() {
             p.other_ns as f64 / 1e6
         );
         session.reset_timings();
+        session.set_kv_profiling(profile);
         let started = Instant::now();
         for _ in 0..steps {
             let next = argmax(session.last_logits());
@@ -83,6 +87,18 @@ fn main() {
             ms(t.matmul_ns) / steps as f64,
             ms(t.other_ns) / steps as f64,
         );
+        if let Some(phases) = session.kv_phase_times() {
+            let per_token: Vec<String> = phases
+                .as_pairs()
+                .iter()
+                .filter(|(_, ns)| *ns > 0)
+                .map(|(name, ns)| {
+                    let name = name.trim_end_matches("_ns");
+                    format!("{name} {:.2}", *ns as f64 / 1e6 / steps as f64)
+                })
+                .collect();
+            println!("  kv thread-ms per token: {}", per_token.join(", "));
+        }
         prefill_rates.push(depth as f64 / prefill_s);
         decode_rates.push(steps as f64 / decode_s);
     }

@@ -7,6 +7,8 @@
 
 crate::isa::isa_modules!(scalar, avx2, avx512, quad);
 
+pub mod int_dot;
+
 use crate::codes::{CodeLayout, CodedRows, Levels};
 use crate::isa::{active_isa, dispatch, Isa};
 use half::f16;
@@ -289,5 +291,6 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         canonical(isa, &got, &want, d as f32, &|| {
             format!("score_f16 d={d} n_qh={n_qh} rows={rows}")
         })
-    })
+    })?;
+    int_dot::parity(isa)
 }

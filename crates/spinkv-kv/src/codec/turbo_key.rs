@@ -1,9 +1,12 @@
 //! Turbo key codec: rotate (signs + FWHT, per layer and KV head), normalise, snap every
 //! coordinate to its Lloyd–Max codebook, pack; one scale per token (log-u8 or f16). Keys are
 //! scored straight from the codes: the query is rotated once per head and step, and a token's
-//! score is its scale times `Σ_c q_c · level_c(code_c)` — the codes decoded through the
-//! codebook (a 16-entry table held in registers) and dotted with the rotated query, each key
-//! row decoded once for all query heads of its KV head (spinkv-kernels' `kv_score`).
+//! score is its scale times `Σ_c q_c · level_c(code_c)`. Where the code widths allow (up to 4
+//! bits, head dim up to 256: every preset) that sum runs in integers — the rotated query
+//! quantised once per step to int16, the levels once per codec to int8, codes looked up in a
+//! 16-entry byte table (spinkv-kernels' `kv_score::int_dot`); otherwise the codes are decoded
+//! to float levels and dotted with the query (`kv_score::score_codes`). Either way each key
+//! row is decoded once for all query heads of its KV head.
 //!
 //! The stored scale is `‖k‖ / ⟨y, ŷ⟩` (y the rotated unit key, ŷ its codebook levels), which
 //! makes `⟨q, k̂⟩` unbiased along the key's own direction (the RaBitQ estimator) rather than
@@ -17,7 +20,8 @@ use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, ScoreRows, MAX_CODED_DIM};
 use super::qjl::Qjl;
 use super::rotated::RotatedQuantizer;
 use crate::config::{KvShape, NormFormat};
-use crate::kernels::kv_score;
+use crate::kernels::kv_score::int_dot::{self, IntLevels, IntQueries, IntRows};
+use crate::kernels::{codes, kv_score, Levels};
 use crate::pack::pack;
 use crate::transform::{HeadRotations, Rotation, PURPOSE_KEY_ROTATION};
 
@@ -29,6 +33,12 @@ pub(crate) struct TurboKeys {
     norm: NormFormat,
     rotations: HeadRotations,
     qjl: Option<Qjl>,
+    /// The integer scan's level tables, when the layout has one.
+    int_levels: Option<IntLevels>,
+    /// What codes stand for (hi, lo tables): the integer tables' values when the integer
+    /// scan runs — so the scale, the QJL residual and decoding see the keys the scan scores —
+    /// else the codebooks' levels.
+    key_levels: [Vec<f32>; 2],
 }
 
 impl TurboKeys {
@@ -44,19 +54,55 @@ impl TurboKeys {
         let d = shape.head_dim;
         let mse_half_bits = if with_qjl { half_bits - 2 } else { half_bits };
         let rotations = HeadRotations::new(shape, seed, PURPOSE_KEY_ROTATION);
+        let quantizer = RotatedQuantizer::new(d, mse_half_bits);
+        let int_levels = IntLevels::new(quantizer.code_layout(), quantizer.levels());
+        let key_levels = match &int_levels {
+            Some(int) => [&int.hi, &int.lo].map(|t| t.map(|v| int.scale * v as f32).to_vec()),
+            None => {
+                let levels = quantizer.levels();
+                [levels.hi.to_vec(), levels.lo.to_vec()]
+            }
+        };
         TurboKeys {
             d,
             page_tokens,
             half_bits,
-            quantizer: RotatedQuantizer::new(d, mse_half_bits),
+            quantizer,
             norm,
             rotations,
             qjl: with_qjl.then(|| Qjl::new(d, seed)),
+            int_levels,
+            key_levels,
         }
     }
 
     fn rotation(&self, layer: usize, head: usize) -> &Rotation {
         self.rotations.get(layer, head)
+    }
+
+    /// Floats of a head's prepared state before the integer query: the rotated query, then
+    /// the QJL tables.
+    fn float_len(&self) -> usize {
+        self.d + self.qjl.as_ref().map_or(0, |q| q.prepared_len())
+    }
+
+    /// Floats holding the integer query: its factor, then its int16s two per float.
+    fn int_len(&self) -> usize {
+        self.int_levels.map_or(0, |_| {
+            1 + int_dot::query_len(self.quantizer.code_layout()) / 2
+        })
+    }
+
+    fn key_levels(&self) -> Levels<'_> {
+        Levels {
+            hi: &self.key_levels[0],
+            lo: &self.key_levels[1],
+        }
+    }
+
+    /// The key levels of the packed rows in `bytes` (`[rows][d]` out).
+    fn dequantize(&self, bytes: &[u8], out: &mut [f32]) {
+        codes::dequantize(bytes, self.quantizer.code_layout(), self.key_levels(), out);
     }
 
     fn token_code_bytes(&self) -> usize {
@@ -109,6 +155,17 @@ impl KeyHalf for TurboKeys {
             let y = &mut rotated[j * d..(j + 1) * d];
             let norm = unit_rotated(&rows[j * d..(j + 1) * d], rotation, y);
             self.quantizer.quantize(y, codes, recon);
+            if self.int_levels.is_some() {
+                let (layout, levels) = (self.quantizer.code_layout(), self.key_levels());
+                for (c, (r, &code)) in recon.iter_mut().zip(codes.iter()).enumerate() {
+                    let table = if c < layout.n_hi {
+                        levels.hi
+                    } else {
+                        levels.lo
+                    };
+                    *r = table[code as usize];
+                }
+            }
             pack(
                 codes,
                 &self.quantizer.layout,
@@ -133,8 +190,7 @@ impl KeyHalf for TurboKeys {
             let residual = &mut residual[..d];
             for j in 0..p {
                 let y = &rotated[j * d..(j + 1) * d];
-                self.quantizer
-                    .dequantize_packed(&block.codes[j * bytes..(j + 1) * bytes], recon);
+                self.dequantize(&block.codes[j * bytes..(j + 1) * bytes], recon);
                 for c in 0..d {
                     residual[c] = norms[j] * y[c] - scales[j] * recon[c];
                 }
@@ -153,8 +209,7 @@ impl KeyHalf for TurboKeys {
         self.decode_scales(block.side, &mut scales);
         let mut extra = [0.0f32; MAX_CODED_DIM];
         let extra = &mut extra[..d];
-        self.quantizer
-            .dequantize_packed(&block.codes[..p * bytes], &mut rows[..p * d]);
+        self.dequantize(&block.codes[..p * bytes], &mut rows[..p * d]);
         for j in 0..p {
             let row = &mut rows[j * d..(j + 1) * d];
             for v in row.iter_mut() {
@@ -171,17 +226,24 @@ impl KeyHalf for TurboKeys {
         }
     }
 
-    /// The rotated query, then the QJL tables.
+    /// The rotated query, the QJL tables, then the integer query.
     fn prepared_len(&self) -> usize {
-        self.d + self.qjl.as_ref().map_or(0, |q| q.prepared_len())
+        self.float_len() + self.int_len()
     }
 
     fn prepare(&self, layer: usize, head: usize, query: &[f32], prepared: &mut [f32]) {
-        let (rotated, tables) = prepared.split_at_mut(self.d);
+        let (floats, int_part) = prepared.split_at_mut(self.float_len());
+        let (rotated, tables) = floats.split_at_mut(self.d);
         rotated.copy_from_slice(query);
         self.rotation(layer, head).forward(rotated);
         if let Some(qjl) = &self.qjl {
             qjl.prepare(rotated, tables);
+        }
+        if let Some(levels) = &self.int_levels {
+            let (factor, values) = int_part.split_at_mut(1);
+            let values: &mut [i16] = bytemuck::cast_slice_mut(values);
+            factor[0] =
+                int_dot::quantize_query(self.quantizer.code_layout(), levels, rotated, values);
         }
     }
 
@@ -191,9 +253,32 @@ impl KeyHalf for TurboKeys {
         let bytes = self.token_code_bytes();
         let per = self.prepared_len();
         let codes = &block.codes[..visible * bytes];
-        let (layout, levels) = (self.quantizer.code_layout(), self.quantizer.levels());
+        let (layout, levels) = (self.quantizer.code_layout(), self.key_levels());
         with_floats(visible, |scales| {
             self.decode_scales(block.side, scales);
+            if let Some(int_levels) = &self.int_levels {
+                let heads = &prepared[..n_qh * per];
+                let int_at = self.float_len();
+                let values: &[i16] = bytemuck::cast_slice(heads);
+                let coded = IntRows {
+                    codes,
+                    layout,
+                    levels: int_levels,
+                    scales,
+                };
+                let queries = IntQueries {
+                    n_qh,
+                    values: &values[2 * (int_at + 1)..],
+                    value_stride: 2 * per,
+                    factors: &heads[int_at..],
+                    factor_stride: per,
+                };
+                int_dot::score_codes_int(coded, queries, scores, stride);
+                if let Some(qjl) = &self.qjl {
+                    self.add_residual_scores(block, prepared, rows, scores, qjl);
+                }
+                return;
+            }
             let Some(qjl) = &self.qjl else {
                 // Prepared state is exactly the rotated queries, `[n_qh][d]`.
                 let queries = &prepared[..n_qh * d];
@@ -206,15 +291,29 @@ impl KeyHalf for TurboKeys {
                 .flat_map(|p| p[..d].iter().copied())
                 .collect();
             kv_score::score_codes(codes, layout, levels, scales, &queries, scores, stride);
-            let tb = qjl.token_bytes();
-            for j in 0..visible {
-                let sketch = &block.residual[j * tb..(j + 1) * tb];
-                for qh in 0..n_qh {
-                    let tables = &prepared[qh * per + d..(qh + 1) * per];
-                    scores[qh * stride + j] += qjl.score(tables, sketch);
-                }
-            }
+            self.add_residual_scores(block, prepared, rows, scores, qjl);
         });
+    }
+}
+
+impl TurboKeys {
+    /// Adds the QJL sketches' correction to the codes' scores.
+    fn add_residual_scores(
+        &self,
+        block: KeyBlock<'_>,
+        prepared: &[f32],
+        rows: ScoreRows,
+        scores: &mut [f32],
+        qjl: &Qjl,
+    ) {
+        let (d, per, tb) = (self.d, self.prepared_len(), qjl.token_bytes());
+        for j in 0..rows.visible {
+            let sketch = &block.residual[j * tb..(j + 1) * tb];
+            for qh in 0..rows.n_qh {
+                let tables = &prepared[qh * per + d..qh * per + self.float_len()];
+                scores[qh * rows.stride + j] += qjl.score(tables, sketch);
+            }
+        }
     }
 }
 
