@@ -126,8 +126,11 @@ def test_q8_0_import_keeps_a_q8_0_gguf_exactly(
     ids = [5, 6, 7, 8]
     q8_logits = spinkv.load(out).logits(ids)
     f32_logits = spinkv.load(f32_dir).logits(ids)
-    # Same matrices; only the norm gains differ (f16 here, f32 there).
-    np.testing.assert_allclose(q8_logits, f32_logits, atol=2e-2)
+    # Same matrices; the Q8_0 runtime also quantizes each activation vector to 16 bits per
+    # block of 32, so logits move by that rounding (~5e-4 relative), not more.
+    relative = np.linalg.norm(q8_logits - f32_logits) / np.linalg.norm(f32_logits)
+    assert relative < 5e-3
+    np.testing.assert_array_equal(q8_logits.argmax(-1), f32_logits.argmax(-1))
 
 
 def test_q8_0_model_exports_as_the_same_q8_0_gguf(

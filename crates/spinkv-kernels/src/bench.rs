@@ -73,7 +73,7 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
     );
     drop(w);
 
-    // The same matrix as Q8_0: half the bytes; the widening costs more per weight.
+    // The same matrix as Q8_0: half the bytes, integer dot products (`crate::q8dot`).
     let codes: Vec<i8> = (0..rows * k).map(|i| (pseudo(i) * 127.0) as i8).collect();
     let scales: Vec<f16> = (0..rows * k / crate::Q8_BLOCK)
         .map(|i| f16::from_f32(0.01 + pseudo(i).abs() / 64.0))

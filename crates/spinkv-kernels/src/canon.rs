@@ -42,16 +42,6 @@ pub(crate) fn dot<T: Copy>(x: &[T], y: &[f32], widen: impl Fn(T) -> f32) -> f32 
     reduce16(&acc)
 }
 
-/// Canonical `Σ w(i)·y[i]` over `y.len()` elements (weights computed by index, e.g. Q8_0).
-#[inline(always)]
-pub(crate) fn dot_by_index(y: &[f32], w: impl Fn(usize) -> f32) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    for (i, &b) in y.iter().enumerate() {
-        acc[i % LANES] = fma(w(i), b, acc[i % LANES]);
-    }
-    reduce16(&acc)
-}
-
 /// Canonical `Σ x[i]`.
 #[inline(always)]
 pub(crate) fn sum(x: &[f32]) -> f32 {

@@ -24,6 +24,7 @@ pub mod kv_score;
 pub mod matmul;
 pub mod matvec;
 pub mod prefetch;
+pub mod q8dot;
 pub mod quantize;
 pub mod rmsnorm;
 pub mod rope;

@@ -68,6 +68,7 @@ suite!(
     fwht,
     kv_score,
     kv_accumulate,
+    q8dot,
     quantize,
     scales,
 );

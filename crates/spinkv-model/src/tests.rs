@@ -789,8 +789,18 @@ fn quantize_q8(values: &[f32]) -> (Vec<i8>, Vec<f16>, Vec<f32>) {
     (codes, scales, dequantized)
 }
 
+/// ‖a − b‖ / ‖b‖.
+fn relative_error(a: &[f32], b: &[f32]) -> f32 {
+    let diff: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let norm: f32 = b.iter().map(|y| y * y).sum();
+    (diff / norm).sqrt()
+}
+
+/// Q8_0 matrices compute with activations quantized to 16 bits per block of 32
+/// (`spinkv_kernels::q8dot`), so their logits equal the f32 model's on the dequantized values
+/// up to that rounding (measured ~5e-4 relative), in prefill (matmul) and decode (matvec).
 #[test]
-fn q8_0_weights_compute_exactly_as_their_dequantized_f32() {
+fn q8_0_weights_compute_as_their_dequantized_f32() {
     let tensors = tiny_tensors(true);
     let mut dense = BTreeMap::new();
     let mut stored: Vec<(String, Vec<usize>, Dtype, Vec<u8>)> = Vec::new();
@@ -843,14 +853,16 @@ fn q8_0_weights_compute_exactly_as_their_dequantized_f32() {
     let tokens = prompt(40);
     let mut a = Session::new(q8, KvConfig::fp16()).unwrap();
     let mut b = Session::new(reference, KvConfig::fp16()).unwrap();
-    // Prefill (matmul) and decode (matvec) both equal the f32 model's on the same values.
-    assert_eq!(
-        a.prefill(&tokens, true).unwrap(),
-        b.prefill(&tokens, true).unwrap()
+    let (prefill_q8, prefill_f32) = (
+        a.prefill(&tokens, true).unwrap().unwrap(),
+        b.prefill(&tokens, true).unwrap().unwrap(),
     );
+    let error = relative_error(&prefill_q8, &prefill_f32);
+    assert!(error < 5e-3, "prefill: relative error {error}");
     a.decode(7).unwrap();
     b.decode(7).unwrap();
-    assert_eq!(a.last_logits(), b.last_logits());
+    let error = relative_error(a.last_logits(), b.last_logits());
+    assert!(error < 5e-3, "decode: relative error {error}");
 }
 
 #[test]

@@ -113,40 +113,6 @@ pub(crate) fn check_shapes(w: WeightRef<'_>, k: usize, x: &[f32], rows: &Range<u
     check_shapes_generic(w.len(), k, x, rows, y)
 }
 
-/// Q8_0 matmul on every ISA: rows dequantized (exactly) a block at a time into an f32
-/// scratch, `kernel(rows_f32, n_rows, y_block)` computes `y_block = [n_tokens, n_rows]` with
-/// the ISA's f32 kernel, and the block is scattered into `y` — so the result equals the f32
-/// kernel's on the dequantized matrix. Prefill is compute-bound: widening i8 once per block of
-/// rows costs little next to the tile's FMAs.
-// Inlined into each ISA entry point, so `kernel` compiles with the ISA's features.
-#[inline(always)]
-pub(crate) fn q8_by_dequantized_rows(
-    w: crate::weight::Q8Weights<'_>,
-    k: usize,
-    x: &[f32],
-    rows: Range<usize>,
-    y: &mut [f32],
-    mut kernel: impl FnMut(&[f32], usize, &mut [f32]),
-) {
-    crate::matvec::check_q8_row(k);
-    let n_tokens = x.len() / k;
-    let n_out = rows.len();
-    let per_block = (crate::matvec::Q8_SCRATCH_FLOATS / k)
-        .max(1)
-        .min(n_out.max(1));
-    let mut scratch = vec![0.0f32; per_block * k];
-    let mut y_block = vec![0.0f32; per_block * n_tokens];
-    for first in rows.clone().step_by(per_block) {
-        let n = per_block.min(rows.end - first);
-        w.dequantize_rows(k, first..first + n, &mut scratch[..n * k]);
-        kernel(&scratch[..n * k], n, &mut y_block[..n * n_tokens]);
-        let column = first - rows.start;
-        for (t, out) in y_block[..n * n_tokens].chunks_exact(n).enumerate() {
-            y[t * n_out + column..][..n].copy_from_slice(out);
-        }
-    }
-}
-
 pub(crate) fn check_shapes_generic(
     w_len: usize,
     k: usize,

@@ -22,9 +22,7 @@ pub unsafe fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, 
     crate::weight::with_slice!(
         w,
         |w| matmul_lanes(w, k, x, rows, y),
-        |q| super::q8_by_dequantized_rows(q, k, x, rows, y, |block, n, y| {
-            matmul_lanes(block, k, x, 0..n, y)
-        })
+        |q| crate::q8dot::matmul_on(crate::simd::quad::ISA, q, k, x, rows, y)
     )
 }
 

@@ -1,4 +1,5 @@
-//! Reference batched matmul: each output a canonical dot product (see `crate::canon`).
+//! Reference batched matmul: each output a canonical dot product (see `crate::canon`); Q8_0
+//! weights take the Q8_0 × Q8_0 arithmetic of `crate::q8dot`.
 
 use crate::WeightRef;
 use std::ops::Range;
@@ -9,14 +10,10 @@ pub fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut
         WeightRef::F16(w) => matmul_generic(w, |v| v.to_f32(), k, x, rows, y),
         WeightRef::Bf16(w) => matmul_generic(w, |v| v.to_f32(), k, x, rows, y),
         WeightRef::F32(w) => matmul_generic(w, |v| v, k, x, rows, y),
-        WeightRef::Q8_0(w) => {
-            let n_out = rows.len();
-            for (x_row, y_row) in x.chunks_exact(k).zip(y.chunks_exact_mut(n_out.max(1))) {
-                for (out, r) in y_row.iter_mut().zip(rows.clone()) {
-                    *out = crate::canon::dot_by_index(x_row, |i| w.get(r * k + i));
-                }
-            }
-        }
+        // SAFETY: scalar runs everywhere.
+        WeightRef::Q8_0(q) => unsafe {
+            crate::q8dot::matmul_on(crate::Isa::Scalar, q, k, x, rows, y)
+        },
     }
 }
 

@@ -72,9 +72,7 @@ unsafe fn matmul<V: Tiles>(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<us
         crate::weight::with_slice!(
             w,
             |w| matmul_lanes::<V, _>(w, k, x, rows, y),
-            |q| super::q8_by_dequantized_rows(q, k, x, rows, y, |block, n, y| {
-                matmul_lanes::<V, f32>(block, k, x, 0..n, y)
-            })
+            |q| crate::q8dot::matmul_on(V::ISA, q, k, x, rows, y)
         )
     }
 }

@@ -12,9 +12,7 @@ pub unsafe fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, 
     crate::weight::with_slice!(
         w,
         |w| matvec_lanes(w, k, x, rows, y),
-        |q| super::q8_by_dequantized_rows(q, k, rows, y, |block, y| {
-            matvec_lanes(block, k, x, 0..y.len(), y)
-        })
+        |q| crate::q8dot::matvec_on(crate::simd::quad::ISA, q, k, x, rows, y)
     )
 }
 

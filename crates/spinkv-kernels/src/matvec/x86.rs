@@ -6,9 +6,8 @@
 //! interleaved rows/pass ~8–11 GB/s — the interleaved streams defeat the hardware prefetcher,
 //! and decode speed is that bandwidth. The activation vector stays in L1 either way.
 
-use crate::simd::x86::{dot16, dot16_q8, Vector};
+use crate::simd::x86::{dot16, Vector};
 use crate::simd::Lanes;
-use crate::weight::Q8Weights;
 use crate::WeightRef;
 use std::ops::Range;
 
@@ -25,7 +24,7 @@ unsafe fn matvec<V: Vector>(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<u
         crate::weight::with_slice!(
             w,
             |w| matvec_lanes::<V, _>(w, k, x, rows, y),
-            |q| matvec_q8::<V>(q, k, x, rows, y)
+            |q| crate::q8dot::matvec_on(V::ISA, q, k, x, rows, y)
         )
     }
 }
@@ -44,31 +43,5 @@ unsafe fn matvec_lanes<V: Vector, L: Lanes>(
     for (out, r) in y.iter_mut().zip(rows) {
         // SAFETY: r < rows.end, so row r (k elements) lies inside w per the shape check.
         *out = unsafe { dot16::<V, L>(w.as_ptr().add(r * k), x.as_ptr(), x.len()) };
-    }
-}
-
-/// # Safety
-/// `V`'s features.
-#[inline(always)]
-unsafe fn matvec_q8<V: Vector>(
-    w: Q8Weights<'_>,
-    k: usize,
-    x: &[f32],
-    rows: Range<usize>,
-    y: &mut [f32],
-) {
-    super::check_shapes(w.codes.len(), k, x, &rows, y);
-    super::check_q8_row(k);
-    let blocks = k / crate::weight::Q8_BLOCK;
-    for (out, r) in y.iter_mut().zip(rows) {
-        // SAFETY: row r's k codes and k / 32 scales lie inside w (shape check, Q8Weights::new).
-        *out = unsafe {
-            dot16_q8::<V>(
-                w.codes.as_ptr().add(r * k),
-                w.scales.as_ptr().add(r * blocks),
-                x.as_ptr(),
-                k,
-            )
-        };
     }
 }

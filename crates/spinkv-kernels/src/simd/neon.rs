@@ -41,6 +41,9 @@ pub(crate) unsafe fn f32_to_f16x4(v: float32x4_t) -> uint16x4_t {
 /// A vector of 4 f32.
 pub(crate) type F4 = float32x4_t;
 
+/// The ISA these 4-lane building blocks are.
+pub(crate) const ISA: crate::Isa = crate::Isa::Neon;
+
 /// # Safety
 /// `ptr` valid for reading 4 elements.
 #[inline(always)]

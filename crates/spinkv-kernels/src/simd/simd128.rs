@@ -67,6 +67,9 @@ pub(crate) fn f32_to_f16_bits(v: v128) -> v128 {
 /// A vector of 4 f32.
 pub(crate) type F4 = v128;
 
+/// The ISA these 4-lane building blocks are.
+pub(crate) const ISA: crate::Isa = crate::Isa::Simd128;
+
 /// # Safety
 /// `ptr` valid for reading 4 elements.
 #[inline(always)]

@@ -54,9 +54,6 @@ pub(crate) trait Vector: Copy {
     /// The first `n < 16` elements widened (other lanes 0); only those are read.
     unsafe fn sum_widen_part<L: Lanes>(ptr: *const L, n: usize) -> Self::Sum;
     unsafe fn sum_fma(a: Self::Sum, b: Self::Sum, c: Self::Sum) -> Self::Sum;
-    /// Every lane `v`.
-    unsafe fn sum_splat(v: f32) -> Self::Sum;
-    unsafe fn sum_mul(a: Self::Sum, b: Self::Sum) -> Self::Sum;
     /// `crate::canon::reduce16` of the 16 lanes.
     unsafe fn reduce(s: Self::Sum) -> f32;
 }
@@ -176,16 +173,6 @@ impl Vector for __m256 {
         }
     }
     #[inline(always)]
-    unsafe fn sum_splat(v: f32) -> Self::Sum {
-        // SAFETY: as above.
-        unsafe { (_mm256_set1_ps(v), _mm256_set1_ps(v)) }
-    }
-    #[inline(always)]
-    unsafe fn sum_mul(a: Self::Sum, b: Self::Sum) -> Self::Sum {
-        // SAFETY: as above.
-        unsafe { (_mm256_mul_ps(a.0, b.0), _mm256_mul_ps(a.1, b.1)) }
-    }
-    #[inline(always)]
     unsafe fn reduce(s: Self::Sum) -> f32 {
         // SAFETY: as above.
         unsafe { avx2::reduce16(s.0, s.1) }
@@ -288,16 +275,6 @@ impl Vector for __m512 {
         unsafe { _mm512_fmadd_ps(a, b, c) }
     }
     #[inline(always)]
-    unsafe fn sum_splat(v: f32) -> Self::Sum {
-        // SAFETY: as above.
-        unsafe { _mm512_set1_ps(v) }
-    }
-    #[inline(always)]
-    unsafe fn sum_mul(a: Self::Sum, b: Self::Sum) -> Self::Sum {
-        // SAFETY: as above.
-        unsafe { _mm512_mul_ps(a, b) }
-    }
-    #[inline(always)]
     unsafe fn reduce(s: Self::Sum) -> f32 {
         // SAFETY: as above.
         unsafe { avx512::reduce16(s) }
@@ -334,34 +311,6 @@ pub(crate) unsafe fn dot16<V: Vector, L: Lanes>(x: *const L, y: *const f32, n: u
                 V::sum_widen_part(y.add(i), n - i),
             );
             acc = V::sum_fma(xs, ys, acc);
-        }
-        V::reduce(acc)
-    }
-}
-
-/// Canonical `Σ w[i]·y[i]` over one Q8_0 row of `n` elements (`n` a multiple of 32): `w[i]`
-/// is `codes[i] · scales[i / 32]`, formed exactly in f32 (8-bit code times an f16 scale), so
-/// this equals [`dot16`] over the dequantized row while reading 1 byte per weight.
-///
-/// # Safety
-/// `V`'s features; `codes` and `y` valid for `n` elements, `scales` for `n / 32`.
-#[inline(always)]
-pub(crate) unsafe fn dot16_q8<V: Vector>(
-    codes: *const i8,
-    scales: *const half::f16,
-    y: *const f32,
-    n: usize,
-) -> f32 {
-    // SAFETY: block b covers codes and y at b*32..b*32+32 <= n and scales[b] < n / 32.
-    unsafe {
-        let mut acc = V::sum_zero();
-        for b in 0..n / crate::weight::Q8_BLOCK {
-            let scale = V::sum_splat((*scales.add(b)).to_f32());
-            let i = b * crate::weight::Q8_BLOCK;
-            let w0 = V::sum_mul(V::sum_widen(codes.add(i)), scale);
-            acc = V::sum_fma(w0, V::sum_widen(y.add(i)), acc);
-            let w1 = V::sum_mul(V::sum_widen(codes.add(i + 16)), scale);
-            acc = V::sum_fma(w1, V::sum_widen(y.add(i + 16)), acc);
         }
         V::reduce(acc)
     }
