@@ -110,20 +110,9 @@ pub(crate) unsafe fn matvec_on(
     rows: Range<usize>,
     y: &mut [f32],
 ) {
-    check(w, k, &rows);
     assert_eq!(x.len(), k, "q8 matvec: x is not [k]");
-    assert_eq!(y.len(), rows.len(), "q8 matvec: y is not [rows]");
-    let xq = Q8Activations::quantize(x);
-    let tile = Tile {
-        w,
-        k,
-        x: &xq,
-        tokens: 0..1,
-        rows,
-        y_stride: y.len(),
-    };
-    // SAFETY: shapes checked above; `isa` runs on this CPU (caller).
-    unsafe { dot_tile_on(isa, tile, y) }
+    // SAFETY: `isa` runs on this CPU (caller); one token is a matmul of one row.
+    unsafe { matmul_on(isa, w, k, x, rows, y) }
 }
 
 /// Tokens taken together by the matmul: their codes stay in L2 while every weight row of the
@@ -190,6 +179,33 @@ impl Tile<'_> {
         assert!(self.x.scales.len() >= self.tokens.end * blocks);
         assert!(self.rows.len() <= self.y_stride || self.tokens.is_empty());
         assert!(y.len() >= self.tokens.end.saturating_sub(1) * self.y_stride + self.rows.len());
+    }
+}
+
+impl Tile<'_> {
+    /// Calls `dot(weight codes, weight scales, activation codes, activation scales)` for every
+    /// (token, row) of the tile and stores the result at its place in `y`: the walk of the
+    /// kernels that compute one output at a time.
+    #[cfg_attr(
+        not(any(target_arch = "aarch64", target_arch = "wasm32")),
+        allow(dead_code)
+    )]
+    #[inline(always)]
+    pub(crate) fn for_each_output(
+        &self,
+        y: &mut [f32],
+        mut dot: impl FnMut(&[i8], &[half::f16], &[i16], &[f32]) -> f32,
+    ) {
+        let (k, blocks) = (self.k, self.k / Q8_BLOCK);
+        for t in self.tokens.clone() {
+            let (x_codes, x_scales) = self.x.token(t, k);
+            for r in self.rows.clone() {
+                let codes = &self.w.codes[r * k..(r + 1) * k];
+                let scales = &self.w.scales[r * blocks..(r + 1) * blocks];
+                y[t * self.y_stride + (r - self.rows.start)] =
+                    dot(codes, scales, x_codes, x_scales);
+            }
+        }
     }
 }
 
