@@ -8,6 +8,8 @@
 //! `1e-5 · (|acc| + Σ_j |w_j·v_j|)` per element.
 
 crate::isa::isa_modules!(scalar, x86, quad);
+#[cfg(target_arch = "x86_64")]
+mod narrow;
 
 use crate::codes::{CodeLayout, CodedRows, Levels};
 use crate::isa::{active_isa, dispatch, Isa};

@@ -290,6 +290,11 @@ unsafe fn accumulate_codes<V: Decoders>(
     stride: usize,
     acc: &mut [f32],
 ) {
+    if super::narrow::applies(r.layout) {
+        // SAFETY: AVX2 is part of both x86 ISAs' features; shapes checked by the dispatcher.
+        unsafe { super::narrow::accumulate(r, weights, stride, acc) };
+        return;
+    }
     let (d, bytes) = (r.layout.d, r.layout.bytes());
     let decoder = V::Decoder::new(r.layout, r.levels);
     // SAFETY: `V`'s features; every row lies inside `codes` (checked), the levels were checked

@@ -1,0 +1,362 @@
+//! AVX2 accumulation of narrow codes (every channel 1..=4 bits, two byte-aligned segments:
+//! turbo's 3-bit values, 3.5-bit keys), decoding straight into the register tile.
+//!
+//! Eight codes of at most 4 bits fill at most 32 bits and start on a byte, so a group is cut
+//! out of its row by one broadcast 32-bit load and one variable shift per lane; `vpermps`
+//! reads only the low 3 bits of each index, so the 8-entry level table (repeated for 1- and
+//! 2-bit codes) needs no mask, and 4-bit codes take a second table picked by bit 3. That is 3
+//! instructions per 8 channels with two constants per segment, so the decoded row never goes
+//! through memory and the tile's accumulators, weights, and constants all stay in the 16 ymm
+//! registers. The arithmetic is the reference's: `acc += (w · scale) · level` as one FMA per
+//! element, rows in order, so results are bit-identical to `scalar::accumulate_codes`.
+
+use crate::codes::{CodeLayout, CodedRows};
+use crate::simd::avx2::tail_mask;
+use std::arch::x86_64::*;
+
+/// Largest head dim this kernel takes (its group list and row padding live on the stack).
+const MAX_DIM: usize = 256;
+/// Widest code it decodes: 8 codes in one 32-bit word.
+const MAX_WIDTH: u32 = 4;
+/// Rows per weight-staging chunk (one bit each in a `u32` live mask).
+const CHUNK: usize = 32;
+/// Query heads × channel groups per register tile: 9 accumulators, 3 decoded groups, a weight
+/// broadcast and a segment's shift and tables in 16 registers.
+const TILE_Q: usize = 3;
+const TILE_G: usize = 3;
+/// Bytes a group's 32-bit read may run past its row's last byte.
+const OVERREAD: usize = 3;
+/// Room for the padded copy of the rows whose group reads would leave `codes`: they lie in
+/// the last `bytes + OVERREAD - 1` bytes, followed by `OVERREAD` zeros.
+const PAD_BYTES: usize = MAX_DIM * MAX_WIDTH as usize / 8 + 2 * OVERREAD + 2;
+
+/// Whether [`accumulate`] takes this layout.
+pub(crate) fn applies(layout: &CodeLayout) -> bool {
+    layout.d <= MAX_DIM
+        && layout.hi <= MAX_WIDTH
+        && layout.lo <= MAX_WIDTH
+        && layout.segments().is_some()
+}
+
+/// How one segment's codes become levels.
+#[derive(Clone, Copy)]
+struct Lookup {
+    /// Levels of codes 0..8 (for widths below 3, the table repeated every `2^width` entries:
+    /// `vpermps` reads the index's low 3 bits, the upper ones belong to the next code).
+    t0: __m256,
+    /// Levels of codes 8..16 (4-bit codes only).
+    t1: __m256,
+}
+
+impl Lookup {
+    /// # Safety
+    /// AVX2; `table` holds at least `2^width` levels.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn new(width: u32, table: &[f32]) -> Self {
+        let period = 1usize << width;
+        let mut lo = [0.0f32; 8];
+        let mut hi = [0.0f32; 8];
+        for (i, slot) in lo.iter_mut().enumerate() {
+            *slot = table[i % period];
+        }
+        if width == 4 {
+            hi.copy_from_slice(&table[8..16]);
+        }
+        // SAFETY: 8-float arrays.
+        unsafe {
+            Lookup {
+                t0: _mm256_loadu_ps(lo.as_ptr()),
+                t1: _mm256_loadu_ps(hi.as_ptr()),
+            }
+        }
+    }
+
+    /// Levels of the 8 codes of width `W` at the bottom of `word`.
+    #[inline(always)]
+    unsafe fn levels<const W: i32>(&self, word: i32) -> __m256 {
+        // SAFETY: AVX2 (the caller's features).
+        unsafe {
+            // A constant shift vector: LLVM proves every count below 32 and emits a bare
+            // `vpsrlvd` (a run-time one gets a clamp and a blend per use).
+            let shift = _mm256_setr_epi32(0, W, 2 * W, 3 * W, 4 * W, 5 * W, 6 * W, 7 * W);
+            let idx = _mm256_srlv_epi32(_mm256_set1_epi32(word), shift);
+            let lo = _mm256_permutevar8x32_ps(self.t0, idx);
+            if W == 4 {
+                let hi = _mm256_permutevar8x32_ps(self.t1, idx);
+                // Bit 3 of the code, moved to the sign bit, picks the upper table.
+                _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(idx)))
+            } else {
+                lo
+            }
+        }
+    }
+}
+
+/// Up to 8 channels `first..first + n` of one segment, packed from byte `byte` of a row.
+#[derive(Clone, Copy, Default)]
+struct Group {
+    first: usize,
+    n: usize,
+    byte: usize,
+}
+
+/// Where the code rows are read from: rows below `safe` in place, the rest from `pad` (a
+/// copy followed by zeros, so every 32-bit group read stays inside a buffer).
+struct RowSource {
+    codes: *const u8,
+    pad: *const u8,
+    bytes: usize,
+    safe: usize,
+}
+
+impl RowSource {
+    #[inline(always)]
+    fn row(&self, j: usize) -> *const u8 {
+        if j < self.safe {
+            self.codes.wrapping_add(j * self.bytes)
+        } else {
+            self.pad.wrapping_add((j - self.safe) * self.bytes)
+        }
+    }
+}
+
+/// The weights of one chunk for query heads `q0..q0 + nq`, times the rows' scales (the
+/// reference's `w · scale`).
+struct Staged {
+    ws: [[f32; CHUNK]; TILE_Q],
+    /// Where row `c0 + t` is read from.
+    rows: [*const u8; CHUNK],
+    /// Bit `t`: row `c0 + t` has a non-zero weight for one of the tile's heads.
+    live: u32,
+}
+
+/// # Safety
+/// AVX2; `weights[(q0 + q)·stride + c0 ..][..nc]` and `scales[c0..c0 + nc]` exist for `q < nq`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn stage(
+    src: &RowSource,
+    weights: &[f32],
+    scales: &[f32],
+    stride: usize,
+    q0: usize,
+    nq: usize,
+    c0: usize,
+    nc: usize,
+) -> Staged {
+    let mut staged = Staged {
+        ws: [[0.0; CHUNK]; TILE_Q],
+        rows: [std::ptr::null(); CHUNK],
+        live: 0,
+    };
+    for (t, row) in staged.rows.iter_mut().enumerate().take(nc) {
+        *row = src.row(c0 + t);
+    }
+    // SAFETY: masked loads stay inside the chunk's `nc` weights and scales (the contract).
+    unsafe {
+        for q in 0..nq {
+            let w = weights.as_ptr().add((q0 + q) * stride + c0);
+            let s = scales.as_ptr().add(c0);
+            for h in 0..nc.div_ceil(8) {
+                let m = tail_mask((nc - 8 * h).min(8));
+                let wv = _mm256_maskload_ps(w.add(8 * h), m);
+                let sv = _mm256_maskload_ps(s.add(8 * h), m);
+                _mm256_storeu_ps(staged.ws[q].as_mut_ptr().add(8 * h), _mm256_mul_ps(wv, sv));
+                let nonzero = _mm256_cmp_ps::<_CMP_NEQ_UQ>(wv, _mm256_setzero_ps());
+                let bits = _mm256_movemask_ps(_mm256_and_ps(nonzero, _mm256_castsi256_ps(m)));
+                staged.live |= (bits as u32) << (8 * h);
+            }
+        }
+    }
+    staged
+}
+
+/// One register tile: `NQ` heads from `q0` × the `NG` groups in `groups` (one segment of
+/// `W`-bit codes), over the chunk's live rows.
+///
+/// # Safety
+/// AVX2; `acc` is `[n_qh][d]` with `q0 + NQ <= n_qh`; the groups lie below `d`; the chunk's
+/// rows are rows of `src`.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn tile<const NQ: usize, const NG: usize, const W: i32>(
+    lookup: &Lookup,
+    groups: &[Group],
+    staged: &Staged,
+    acc: *mut f32,
+    d: usize,
+    q0: usize,
+) {
+    // SAFETY (all accesses): masked accumulator lanes stay inside their rows of acc; group
+    // reads stay inside their row plus `OVERREAD` bytes, which `src` guarantees.
+    unsafe {
+        let mut masks = [_mm256_setzero_si256(); NG];
+        let mut a = [[_mm256_setzero_ps(); NG]; NQ];
+        for g in 0..NG {
+            masks[g] = tail_mask(groups[g].n);
+            for q in 0..NQ {
+                a[q][g] = _mm256_maskload_ps(acc.add((q0 + q) * d + groups[g].first), masks[g]);
+            }
+        }
+        let mut live = staged.live;
+        while live != 0 {
+            let t = live.trailing_zeros() as usize;
+            live &= live - 1;
+            let row = staged.rows[t];
+            let mut x = [_mm256_setzero_ps(); NG];
+            for g in 0..NG {
+                let word = (row.add(groups[g].byte) as *const i32).read_unaligned();
+                x[g] = lookup.levels::<W>(word);
+            }
+            for q in 0..NQ {
+                let w = _mm256_broadcast_ss(&staged.ws[q][t]);
+                for g in 0..NG {
+                    a[q][g] = _mm256_fmadd_ps(w, x[g], a[q][g]);
+                }
+            }
+        }
+        for g in 0..NG {
+            for q in 0..NQ {
+                _mm256_maskstore_ps(acc.add((q0 + q) * d + groups[g].first), masks[g], a[q][g]);
+            }
+        }
+    }
+}
+
+/// [`tile`] for `nq` heads × `groups.len()` groups (each 1..=3).
+///
+/// # Safety
+/// As [`tile`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn tile_of<const W: i32>(
+    lookup: &Lookup,
+    groups: &[Group],
+    staged: &Staged,
+    acc: *mut f32,
+    d: usize,
+    q0: usize,
+    nq: usize,
+) {
+    macro_rules! run {
+        ($nq:literal, $ng:literal) => {
+            tile::<$nq, $ng, W>(lookup, groups, staged, acc, d, q0)
+        };
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match (nq, groups.len()) {
+            (3, 3) => run!(3, 3),
+            (3, 2) => run!(3, 2),
+            (3, _) => run!(3, 1),
+            (2, 3) => run!(2, 3),
+            (2, 2) => run!(2, 2),
+            (2, _) => run!(2, 1),
+            (_, 3) => run!(1, 3),
+            (_, 2) => run!(1, 2),
+            _ => run!(1, 1),
+        }
+    }
+}
+
+/// `acc[qh][c] += Σ_j (weights[qh·stride + j] · scales[j]) · level_c(code_{j,c})`.
+///
+/// # Safety
+/// AVX2; shapes as checked by `super::accumulate_codes`; [`applies`] holds for the layout.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn accumulate(r: CodedRows<'_>, weights: &[f32], stride: usize, acc: &mut [f32]) {
+    let layout = r.layout;
+    let (d, bytes, rows) = (layout.d, layout.bytes(), r.scales.len());
+    let n_qh = acc.len() / d;
+    let segs = layout.segments().expect("narrow layouts have segments");
+
+    // Each segment's groups, and the register tiles that cover them.
+    let mut lookups = [None; 2];
+    let mut groups = [Group::default(); MAX_DIM / 8 + 2];
+    let mut tiles = [(0usize, 0usize, 0usize); MAX_DIM / 8 + 2];
+    let (mut n_groups, mut n_tiles) = (0, 0);
+    let mut max_end = 0;
+    for (i, seg) in segs.iter().enumerate() {
+        if seg.len == 0 {
+            continue;
+        }
+        let table = r.levels.table(layout, seg.first);
+        // SAFETY: AVX2; the levels were checked against the layout (2^width entries).
+        lookups[i] = Some(unsafe { Lookup::new(seg.width, table) });
+        let first_group = n_groups;
+        for g in 0..seg.len.div_ceil(8) {
+            let group = Group {
+                first: seg.first + 8 * g,
+                n: (seg.len - 8 * g).min(8),
+                byte: seg.byte + g * seg.width as usize,
+            };
+            max_end = max_end.max(group.byte + 4);
+            groups[n_groups] = group;
+            n_groups += 1;
+        }
+        // Tiles of TILE_G groups; a remainder of one borrows from the tile before it (2 + 2
+        // keeps more FMAs per decoded row than 3 + 1).
+        let mut lo = first_group;
+        while lo < n_groups {
+            let left = n_groups - lo;
+            let take = if left == TILE_G + 1 {
+                2
+            } else {
+                left.min(TILE_G)
+            };
+            tiles[n_tiles] = (i, lo, lo + take);
+            n_tiles += 1;
+            lo += take;
+        }
+    }
+
+    // Rows whose group reads stay inside `codes` are read in place; the last few (at most
+    // OVERREAD bytes short) from a zero-padded copy.
+    let len = r.codes.len();
+    let safe = if len >= max_end {
+        ((len - max_end) / bytes + 1).min(rows)
+    } else {
+        0
+    };
+    let mut pad = [0u8; PAD_BYTES];
+    let tail = &r.codes[safe * bytes..rows * bytes];
+    assert!(
+        tail.len() + OVERREAD <= PAD_BYTES,
+        "narrow accumulate: padded tail"
+    );
+    pad[..tail.len()].copy_from_slice(tail);
+    let src = RowSource {
+        codes: r.codes.as_ptr(),
+        pad: pad.as_ptr(),
+        bytes,
+        safe,
+    };
+
+    let acc = acc.as_mut_ptr();
+    for c0 in (0..rows).step_by(CHUNK) {
+        let nc = (rows - c0).min(CHUNK);
+        for q0 in (0..n_qh).step_by(TILE_Q) {
+            let nq = (n_qh - q0).min(TILE_Q);
+            // SAFETY: AVX2; the chunk's weights and scales exist (checked shapes).
+            let staged = unsafe { stage(&src, weights, r.scales, stride, q0, nq, c0, nc) };
+            if staged.live == 0 {
+                continue;
+            }
+            for &(seg, lo, hi) in &tiles[..n_tiles] {
+                let lookup = lookups[seg].as_ref().expect("tiles of non-empty segments");
+                let gs = &groups[lo..hi];
+                // SAFETY: AVX2; heads q0..q0 + nq and the groups lie inside acc; rows of src.
+                unsafe {
+                    match segs[seg].width {
+                        4 => tile_of::<4>(lookup, gs, &staged, acc, d, q0, nq),
+                        3 => tile_of::<3>(lookup, gs, &staged, acc, d, q0, nq),
+                        2 => tile_of::<2>(lookup, gs, &staged, acc, d, q0, nq),
+                        _ => tile_of::<1>(lookup, gs, &staged, acc, d, q0, nq),
+                    }
+                }
+            }
+        }
+    }
+}
