@@ -290,7 +290,7 @@ unsafe fn accumulate_codes<V: Decoders>(
     stride: usize,
     acc: &mut [f32],
 ) {
-    if super::narrow::applies(r.layout) {
+    if super::narrow::applies(r.layout, acc.len() / r.layout.d) {
         // SAFETY: AVX2 is part of both x86 ISAs' features; shapes checked by the dispatcher.
         unsafe { super::narrow::accumulate(r, weights, stride, acc) };
         return;
