@@ -1,5 +1,6 @@
-//! AVX2 accumulation of narrow codes (every channel 1..=4 bits, two byte-aligned segments:
-//! turbo's 3-bit values, 3.5-bit keys), decoding straight into the register tile.
+//! AVX2 accumulation of narrow value codes (every channel 1..=4 bits, two byte-aligned
+//! segments: turbo's 3-bit values, any rate up to 4 bits), decoding straight into the
+//! register tile.
 //!
 //! Eight codes of at most 4 bits fill at most 32 bits and start on a byte, so a group is cut
 //! out of its row by one broadcast 32-bit load and one variable shift per lane; `vpermps`
