@@ -29,6 +29,7 @@ COLUMNS = (
     ("tokens", "tokens"),
     ("compressed_tokens", "coded"),
     ("fp16_tokens", "fp16"),
+    ("recycled_tokens", "recycled"),
     ("pages_used", "pages"),
     ("k_payload_bytes", "K payload"),
     ("v_payload_bytes", "V payload"),
@@ -69,6 +70,51 @@ def _cell(key: str, value: Any) -> str:
     if key == "compression_vs_fp16":
         return f"{value:.2f}×"
     return str(value)
+
+
+def layer_kinds(stats: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Layers grouped by attention kind (full, or each sliding window size): how many, the
+    tokens they hold and recycled, bytes and the ratios, summed over the group."""
+    groups: dict[int, dict[str, Any]] = {}
+    for layer in stats["layers"]:
+        window = int(layer.get("window", 0))
+        group = groups.setdefault(
+            window,
+            {"kind": f"local (window {window})" if window else "global (full attention)"}
+            | {"layers": 0, "held_tokens": 0, "compressed_tokens": 0, "fp16_tokens": 0}
+            | {"recycled_tokens": 0, "allocated_bytes": 0, "fp16_equivalent_bytes": 0},
+        )
+        group["layers"] += 1
+        held = int(layer["compressed_tokens"]) + int(layer["fp16_tokens"])
+        group["held_tokens"] += held
+        for key in ("compressed_tokens", "fp16_tokens", "recycled_tokens", "allocated_bytes"):
+            group[key] += int(layer.get(key, 0))
+        ratio = float(layer["compression_vs_fp16"])
+        group["fp16_equivalent_bytes"] += int(round(ratio * int(layer["allocated_bytes"])))
+    for group in groups.values():
+        fp16 = group["fp16_equivalent_bytes"]
+        group["compression_vs_fp16"] = fp16 / group["allocated_bytes"] if fp16 else 0.0
+    return [groups[w] for w in sorted(groups)]
+
+
+def kinds_table(stats: Mapping[str, Any]) -> Table:
+    """One row per layer kind: full attention, and each sliding window (recycled pages)."""
+    table = Table(title="KV cache by layer kind", title_justify="left", show_edge=False)
+    headers = ("kind", "layers", "held", "coded", "fp16", "recycled", "allocated", "vs fp16")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right", overflow="fold")
+    for g in layer_kinds(stats):
+        table.add_row(
+            g["kind"],
+            str(g["layers"]),
+            str(g["held_tokens"]),
+            str(g["compressed_tokens"]),
+            str(g["fp16_tokens"]),
+            str(g["recycled_tokens"]),
+            format_bytes(g["allocated_bytes"]),
+            _cell("compression_vs_fp16", g["compression_vs_fp16"]),
+        )
+    return table
 
 
 def layers_table(stats: Mapping[str, Any]) -> Table:
@@ -123,6 +169,9 @@ def render_cache_stats(
     peak_rss: bytes to show, -1 to measure this process now, None to leave it out."""
     rss = peak_rss_bytes() if peak_rss == -1 else peak_rss
     console.print(summary_table(stats, rss))
+    if any(int(layer.get("window", 0)) for layer in stats["layers"]):
+        console.print()
+        console.print(kinds_table(stats))
     if per_layer:
         console.print()
         console.print(layers_table(stats))
@@ -154,6 +203,7 @@ def stats_record(
         "stats": dict(stats),
         "peak_rss_bytes": peak_rss_bytes(),
         "accounting_problems": accounting_problems(stats),
+        "layer_kinds": layer_kinds(stats),
     }
 
 

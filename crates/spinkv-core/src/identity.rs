@@ -66,6 +66,7 @@ pub fn session_identity(
             runtime_build: runtime_build(),
         },
     )
+    .with_layer_windows(cache.layer_windows())
 }
 
 #[cfg(test)]

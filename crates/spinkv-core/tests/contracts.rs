@@ -82,7 +82,7 @@ fn identity_fields_are_unchanged_by_the_move() {
         .filter(|(name, _)| *name != "runtime_build")
         .collect();
     let expected = [
-        ("cache_format_version", "1"),
+        ("cache_format_version", "2"),
         (
             "model_hash",
             "fd0873645fc517bd4ee9043230345fbbd93e640c40b8867b9f86c70cac0c1a9a",
@@ -149,7 +149,7 @@ fn the_state_digest_hashes_tokens_then_the_snapshot() {
     );
     assert_eq!(
         hex(&state_digest_of(&tokens, &cache)),
-        "54950513723f0fcbb94c963b57a3e3246417aa992dbe9d3a3cc03fa8be6f5554"
+        "c39f98e3be98d6621daf9526a29b764f4c61f39a21c999ea2d110d2eb27bc9c1"
     );
 }
 

@@ -29,6 +29,8 @@ pub struct KvCache {
     pub(crate) codec: Option<Box<dyn SealedCodec>>,
     pub(crate) sealed_pool: PagePool,
     pub(crate) layers: Vec<LayerTable>,
+    /// Each layer's sliding window (`None`: full attention); see `window.rs`.
+    pub(crate) layer_windows: Vec<Option<usize>>,
     /// Tokens dropped by `retire`, and the cache index where they were.
     pub(crate) retired: usize,
     pub(crate) gap: usize,
@@ -66,6 +68,7 @@ impl KvCache {
             codec,
             fp16,
             layers: (0..shape.n_layers).map(|_| LayerTable::default()).collect(),
+            layer_windows: vec![None; shape.n_layers],
             retired: 0,
             gap: 0,
             checkpoint: None,
@@ -138,6 +141,8 @@ impl KvCache {
                 max: self.config.max_tokens,
             });
         }
+        // The block's queries start at `len`: pages no query from there on can see go back.
+        self.recycle(layer, len);
         for (t, (k_row, v_row)) in k.chunks_exact(width).zip(v.chunks_exact(width)).enumerate() {
             let to_sink = self.codec.is_some() && len + t < self.config.sink_tokens;
             self.push_token(layer, to_sink, k_row, v_row);
@@ -220,7 +225,11 @@ impl KvCache {
     /// Drops every token at cache index `>= len` in every layer (no-op beyond the current
     /// length). Rolling back into a compressed page re-stores the kept part of it in fp16 from
     /// its codes. Cutting at or below the retirement gap forgets the retirement.
+    /// A sliding-window layer that recycled pages the next query at `len` would see cannot be
+    /// cut there: the cache is then cut further back, to its sinks (see
+    /// [`KvCache::servable_len`]); check `len()` after.
     pub fn truncate(&mut self, len: usize) {
+        let len = self.servable_len(len);
         for layer in 0..self.shape.n_layers {
             self.truncate_layer(layer, len);
         }
@@ -266,7 +275,7 @@ impl KvCache {
         let sealed_page = self.codec.as_ref().map_or(0, |c| c.page_bytes());
         let mut layers = Vec::with_capacity(self.layers.len());
         let mut total = LayerStats::default();
-        for table in &self.layers {
+        for (table, window) in self.layers.iter().zip(&self.layer_windows) {
             let fp16_pages = table.fp16_pages();
             let sealed_pages = table.sealed.len();
             let window_bytes = fp16_pages * fp16_page;
@@ -274,6 +283,8 @@ impl KvCache {
                 tokens: table.len(p),
                 compressed_tokens: sealed_pages * p,
                 fp16_tokens: table.sink.tokens + table.window.tokens,
+                recycled_tokens: table.recycled,
+                window: window.unwrap_or(0),
                 pages_used: fp16_pages + sealed_pages,
                 k_payload_bytes: fp16_pages * fp16_payload + sealed_pages * sealed.k_payload,
                 v_payload_bytes: fp16_pages * fp16_payload + sealed_pages * sealed.v_payload,
@@ -353,7 +364,8 @@ impl KvCache {
 
     /// Encodes the window's oldest pages while the window holds a full page beyond its size.
     fn seal_overflow(&mut self, layer: usize) {
-        if self.codec.is_none() {
+        // Short sliding windows stay fp16 (window.rs says why).
+        if self.codec.is_none() || self.keeps_fp16(layer) {
             return;
         }
         let p = self.config.page_tokens;
@@ -413,6 +425,8 @@ impl KvCache {
             &self.fp16,
             &mut released,
         );
+        // `servable_len` put the cut at or before the sinks of a layer that recycled pages.
+        table.recycled = 0;
         let sink_end = table.sink.tokens;
         if len < sink_end {
             let sealed: Vec<_> = table.sealed.drain(..).collect();
@@ -624,22 +638,22 @@ mod tests {
             ..c
         };
         vec![
-            small(KvConfig::turbo()),
+            small(KvConfig::turbo_study()),
             small(KvConfig {
                 k_bits: 2.5,
                 v_bits: 2.0,
                 key_norm: NormFormat::F16,
-                ..KvConfig::turbo()
+                ..KvConfig::turbo_study()
             }),
             small(KvConfig {
                 k_bits: 4.0,
                 v_bits: 4.0,
                 window: 0,
-                ..KvConfig::turbo()
+                ..KvConfig::turbo_study()
             }),
             small(KvConfig {
                 sink_tokens: 5,
-                ..KvConfig::turbo()
+                ..KvConfig::turbo_study()
             }),
             small(KvConfig {
                 kivi_group: 8,
@@ -764,13 +778,13 @@ mod tests {
             KvConfig {
                 k_bits: 4.0,
                 v_bits: 4.0,
-                ..KvConfig::turbo()
+                ..KvConfig::turbo_study()
             },
-            KvConfig::turbo(),
+            KvConfig::turbo_study(),
             KvConfig {
                 k_bits: 2.0,
                 v_bits: 2.0,
-                ..KvConfig::turbo()
+                ..KvConfig::turbo_study()
             },
             KvConfig::turbo_qjl(),
             KvConfig::kivi(4),
@@ -798,7 +812,7 @@ mod tests {
             head_dim: 64,
         };
         for config in [
-            KvConfig::turbo(),
+            KvConfig::turbo_study(),
             KvConfig::turbo_qjl(),
             KvConfig::kivi(2),
             KvConfig::kivi(4),
@@ -838,11 +852,11 @@ mod tests {
             );
         }
         // The default product mode on SmolLM2's shape: header + log-u8 norms + 3.5/3.0 codes.
-        let rate = sealed_bits_per_channel(&shape, &KvConfig::turbo()).unwrap();
+        let rate = sealed_bits_per_channel(&shape, &KvConfig::turbo_study()).unwrap();
         let bytes = 64 + 112 + 3 * 32 * 28 + 112 + 3 * 32 * 24;
         assert_eq!(rate, bytes as f64 * 8.0 / (32 * 3 * 64 * 2) as f64);
         assert!(16.0 / rate >= 4.5);
-        assert_eq!(KvConfig::turbo().codec, KvCodecKind::Turbo);
+        assert_eq!(KvConfig::turbo_study().codec, KvCodecKind::Turbo);
     }
 
     /// Scratch of a decode step does not grow with depth (beyond one page).
@@ -856,7 +870,7 @@ mod tests {
         };
         for config in [
             KvConfig::fp16(),
-            KvConfig::turbo(),
+            KvConfig::turbo_study(),
             KvConfig::turbo_qjl(),
             KvConfig::kivi(2),
         ] {
@@ -895,7 +909,7 @@ mod tests {
         let config = KvConfig {
             page_tokens: 8,
             window: 8,
-            ..KvConfig::turbo()
+            ..KvConfig::turbo_study()
         };
         let mut cache = KvCache::new(SHAPE, config).unwrap();
         let mut rng = SplitMix64::new(4);

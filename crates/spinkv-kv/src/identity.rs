@@ -24,11 +24,13 @@ use crate::wire::{Reader, Truncated, Writer};
 pub type Digest = [u8; 32];
 
 /// Version of the identity record's own encoding.
-pub const IDENTITY_VERSION: u16 = 1;
+/// 2: the layers' sliding windows.
+pub const IDENTITY_VERSION: u16 = 2;
 
 /// Version of the cache's stored form: the page format ([`PAGE_FORMAT_VERSION`]) plus the
-/// snapshot layout of `snapshot.rs`. Bump it whenever either changes.
-pub const CACHE_FORMAT_VERSION: u32 = 1;
+/// snapshot layout of `snapshot.rs`. Bump it whenever either changes. 2: each layer's sliding
+/// window and recycled tokens in the snapshot.
+pub const CACHE_FORMAT_VERSION: u32 = 2;
 const _: () = assert!(
     PAGE_FORMAT_VERSION == 1,
     "the page format changed: bump CACHE_FORMAT_VERSION and update this check"
@@ -58,6 +60,9 @@ pub struct CacheIdentity {
     pub sink_tokens: u32,
     /// Tokens per page.
     pub page_tokens: u32,
+    /// Each layer's sliding window (0: full attention); empty when no layer has one. Shown
+    /// with `recent_window`: short windows change what is compressed (`KvCache::keeps_fp16`).
+    pub sliding_windows: Vec<u32>,
     /// How many tokens the cache holds and a digest of them (see the module doc).
     pub context_tokens: u64,
     pub context_digest: Digest,
@@ -162,10 +167,33 @@ impl CacheIdentity {
             window: window as u32,
             sink_tokens: sinks as u32,
             page_tokens: config.page_tokens as u32,
+            sliding_windows: Vec::new(),
             context_tokens: inputs.context_tokens,
             context_digest: inputs.context_digest,
             runtime_build: inputs.runtime_build,
         }
+    }
+
+    /// The identity of a cache whose layers have these sliding windows (`None`: full
+    /// attention), as `KvCache::layer_windows` reports them.
+    pub fn with_layer_windows(mut self, windows: &[Option<usize>]) -> Self {
+        self.sliding_windows = if windows.iter().any(Option::is_some) {
+            windows.iter().map(|w| w.unwrap_or(0) as u32).collect()
+        } else {
+            Vec::new()
+        };
+        self
+    }
+
+    /// Each layer's sliding window (`None`: full attention), for `KvCache::import_snapshot_with_windows`.
+    pub fn layer_windows(&self) -> Vec<Option<usize>> {
+        if self.sliding_windows.is_empty() {
+            return vec![None; self.shape.n_layers];
+        }
+        self.sliding_windows
+            .iter()
+            .map(|&w| (w > 0).then_some(w as usize))
+            .collect()
     }
 
     /// Names of the reuse conditions on which `self` and `other` differ (every field of
@@ -196,7 +224,12 @@ impl CacheIdentity {
             self.codebook_version.to_string(),
             self.bit_allocation.clone(),
             self.outlier_policy.clone(),
-            format!("window {} + {} sink tokens", self.window, self.sink_tokens),
+            format!(
+                "window {} + {} sink tokens{}",
+                self.window,
+                self.sink_tokens,
+                describe_windows(&self.sliding_windows)
+            ),
             format!("{} tokens", self.page_tokens),
             format!(
                 "{} ({} tokens)",
@@ -231,6 +264,10 @@ impl CacheIdentity {
         w.u32(self.window);
         w.u32(self.sink_tokens);
         w.u32(self.page_tokens);
+        w.u32(self.sliding_windows.len() as u32);
+        for &window in &self.sliding_windows {
+            w.u32(window);
+        }
         w.u64(self.context_tokens);
         w.raw(&self.context_digest);
         w.blob(self.runtime_build.as_bytes());
@@ -270,6 +307,13 @@ impl CacheIdentity {
             window: r.u32()?,
             sink_tokens: r.u32()?,
             page_tokens: r.u32()?,
+            sliding_windows: {
+                let n = r.u32()? as usize;
+                if n > r.remaining() / 4 {
+                    return Err(IdentityError::BadString("sliding_windows"));
+                }
+                (0..n).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?
+            },
             context_tokens: r.u64()?,
             context_digest: r.digest()?,
             runtime_build: string(&mut r, "runtime_build")?,
@@ -279,6 +323,44 @@ impl CacheIdentity {
         }
         Ok(identity)
     }
+}
+
+/// `; sliding window 512 on layers 0-4,6-10 (fp16, recycled)` for the `recent_window` field.
+fn describe_windows(windows: &[u32]) -> String {
+    let mut by_size: Vec<(u32, Vec<usize>)> = Vec::new();
+    for (layer, &w) in windows.iter().enumerate().filter(|(_, w)| **w > 0) {
+        match by_size.iter_mut().find(|(size, _)| *size == w) {
+            Some((_, layers)) => layers.push(layer),
+            None => by_size.push((w, vec![layer])),
+        }
+    }
+    let mut text = String::new();
+    for (size, layers) in by_size {
+        let mut ranges: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < layers.len() {
+            let mut j = i;
+            while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+                j += 1;
+            }
+            ranges.push(if i == j {
+                layers[i].to_string()
+            } else {
+                format!("{}-{}", layers[i], layers[j])
+            });
+            i = j + 1;
+        }
+        let kept = if size as usize <= crate::window::FP16_WINDOW_LIMIT {
+            "fp16, recycled"
+        } else {
+            "recycled"
+        };
+        text += &format!(
+            "; sliding window {size} on layers {} ({kept})",
+            ranges.join(",")
+        );
+    }
+    text
 }
 
 /// Bits per channel from a config value: "3.5", "3", "16".
@@ -390,6 +472,30 @@ mod tests {
     }
 
     #[test]
+    fn sliding_windows_are_recorded_and_compared() {
+        let plain = CacheIdentity::new(&SHAPE, &KvConfig::turbo(), inputs());
+        let windows: Vec<Option<usize>> = (0..SHAPE.n_layers)
+            .map(|l| (!(l + 1).is_multiple_of(6)).then_some(512))
+            .collect();
+        let gemma = plain.clone().with_layer_windows(&windows);
+        assert_eq!(CacheIdentity::decode(&gemma.encode()).unwrap(), gemma);
+        assert_eq!(gemma.layer_windows(), windows);
+        assert_eq!(plain.layer_windows(), vec![None; SHAPE.n_layers]);
+        assert_eq!(plain.clone().with_layer_windows(&[None; 30]), plain);
+        assert_eq!(gemma.mismatches(&plain), ["recent_window"]);
+        let shown = &gemma.fields()[9].1;
+        assert!(
+            shown.ends_with(
+                "; sliding window 512 on layers 0-4,6-10,12-16,18-22,24-28 (fp16, recycled)"
+            ),
+            "{shown}"
+        );
+        let mut bytes = gemma.encode();
+        bytes.truncate(bytes.len() - 3);
+        assert!(CacheIdentity::decode(&bytes).is_err());
+    }
+
+    #[test]
     fn settings_a_codec_ignores_do_not_split_identities() {
         let plain = CacheIdentity::new(&SHAPE, &KvConfig::fp16(), inputs());
         let tweaked = CacheIdentity::new(
@@ -439,10 +545,10 @@ mod tests {
             CacheIdentity::decode(&bytes),
             Err(IdentityError::Trailing(1))
         );
-        bytes[0] = 2;
+        bytes[0] = 1;
         assert_eq!(
             CacheIdentity::decode(&bytes),
-            Err(IdentityError::Version(2))
+            Err(IdentityError::Version(1))
         );
     }
 

@@ -180,11 +180,23 @@ impl KvCache {
         }
         let head_in_sink = self.codec.is_some() && self.config.sink_tokens > 0;
         let mut released = Vec::new();
+        let head = self.head_tokens();
         for table in &mut self.layers {
             let mut pages = count / p;
+            // A sliding-window layer's recycled run comes first: after the sink run, or, without
+            // sinks, from index 0 (its head page is one of them).
+            let recycled_head = if head_in_sink { 0 } else { head };
+            let had_recycled = table.recycled > 0;
+            if had_recycled {
+                let from_recycled = pages.min((table.recycled - recycled_head) / p);
+                table.recycled -= from_recycled * p;
+                pages -= from_recycled;
+            }
             // The head is the sink run, or else the first page: sealed[0] or window[0].
-            let sealed_from = usize::from(!head_in_sink && !table.sealed.is_empty());
-            let window_from = usize::from(!head_in_sink && table.sealed.is_empty());
+            let sealed_from =
+                usize::from(!head_in_sink && !had_recycled && !table.sealed.is_empty());
+            let window_from =
+                usize::from(!head_in_sink && !had_recycled && table.sealed.is_empty());
             let from_sealed = pages.min(table.sealed.len().saturating_sub(sealed_from));
             released.extend(
                 table
@@ -213,22 +225,30 @@ impl KvCache {
     /// Pre-allocates the pages `tokens` tokens need and from then on grows the pools
     /// geometrically (doubling, capped at what `max_tokens` tokens can use).
     pub fn reserve(&mut self, tokens: usize) {
+        let p = self.config.page_tokens;
+        let fp16_layers: Vec<usize> = (0..self.shape.n_layers)
+            .filter(|&l| self.keeps_fp16(l))
+            .filter_map(|l| self.layer_windows[l])
+            .collect();
+        let global_layers = self.shape.n_layers - fp16_layers.len();
         let fp16_for = |n: usize| -> usize {
-            let p = self.config.page_tokens;
-            let per_layer = if self.codec.is_some() {
+            let global = if self.codec.is_some() {
                 let sink = n.min(self.config.sink_tokens);
                 sink.div_ceil(p) + (n - sink).min(self.config.window + p).div_ceil(p)
             } else {
                 n.div_ceil(p)
             };
-            per_layer * self.shape.n_layers
+            // A sliding-window layer holds its window plus two pages, and its sinks.
+            let local =
+                |w: usize| self.config.sink_tokens.div_ceil(p) + n.min(w + 2 * p).div_ceil(p) + 1;
+            global * global_layers + fp16_layers.iter().map(|&w| local(w)).sum::<usize>()
         };
         let sealed_for = |n: usize| -> usize {
             if self.codec.is_none() {
                 return 0;
             }
             let fp16 = self.config.sink_tokens + self.config.window;
-            n.saturating_sub(fp16).div_ceil(self.config.page_tokens) * self.shape.n_layers
+            n.saturating_sub(fp16).div_ceil(p) * global_layers
         };
         let tokens = tokens.min(self.config.max_tokens);
         let growth = Growth {

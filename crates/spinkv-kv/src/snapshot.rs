@@ -6,7 +6,8 @@
 //! ```text
 //! "SKVS"  u32 n_layers  u32 page_tokens  u32 fp16_page_bytes  u32 sealed_page_bytes
 //! u64 retired  u64 gap
-//! n_layers × (u32 sink_tokens, u32 sealed_pages, u32 window_tokens)
+//! n_layers × (u32 sink_tokens, u32 sealed_pages, u32 window_tokens,
+//!             u32 sliding_window (0: full attention), u32 recycled_tokens)
 //! page images, layer by layer, in token order (sink pages, sealed pages, window pages)
 //! ```
 //!
@@ -27,6 +28,7 @@ use crate::cache::KvCache;
 use crate::config::{KvConfig, KvShape};
 use crate::page::{parse_page, PageError, PageHeader, FLAG_SEALED};
 use crate::table::{LayerTable, PageKind};
+use crate::window::FP16_WINDOW_LIMIT;
 use crate::wire::{Reader, Truncated, Writer};
 
 pub const SNAPSHOT_MAGIC: [u8; 4] = *b"SKVS";
@@ -77,6 +79,9 @@ struct TableCounts {
     sink_tokens: usize,
     sealed_pages: usize,
     window_tokens: usize,
+    /// The layer's sliding window, 0 for full attention.
+    sliding_window: usize,
+    recycled_tokens: usize,
 }
 
 impl KvCache {
@@ -93,10 +98,12 @@ impl KvCache {
         w.u32(self.sealed_page_bytes() as u32);
         w.u64(self.retired as u64);
         w.u64(self.gap as u64);
-        for table in &self.layers {
+        for (table, window) in self.layers.iter().zip(&self.layer_windows) {
             w.u32(table.sink.tokens as u32);
             w.u32(table.sealed.len() as u32);
             w.u32(table.window.tokens as u32);
+            w.u32(window.unwrap_or(0) as u32);
+            w.u32(table.recycled as u32);
         }
         let mut image = vec![0u8; self.fp16_pool.page_bytes()];
         for (layer, table) in self.layers.iter().enumerate() {
@@ -129,16 +136,29 @@ impl KvCache {
     }
 
     /// A new cache of `shape` and `config` holding the snapshot's pages, or the first problem
-    /// found. Never panics, whatever `bytes` holds.
+    /// found. Never panics, whatever `bytes` holds. For caches without sliding windows.
     pub fn import_snapshot(
         shape: KvShape,
         config: KvConfig,
         bytes: &[u8],
     ) -> Result<KvCache, SnapshotError> {
-        let mut cache = KvCache::new(shape, config).map_err(|e| SnapshotError::BadTable {
+        Self::import_snapshot_with_windows(shape, config, &vec![None; shape.n_layers], bytes)
+    }
+
+    /// [`KvCache::import_snapshot`] for a cache whose layers have these sliding windows
+    /// (`KvCache::set_layer_windows`); the snapshot must record the same.
+    pub fn import_snapshot_with_windows(
+        shape: KvShape,
+        config: KvConfig,
+        windows: &[Option<usize>],
+        bytes: &[u8],
+    ) -> Result<KvCache, SnapshotError> {
+        let bad_config = |e: crate::error::KvError| SnapshotError::BadTable {
             layer: 0,
             reason: e.to_string(),
-        })?;
+        };
+        let mut cache = KvCache::new(shape, config).map_err(bad_config)?;
+        cache.set_layer_windows(windows).map_err(bad_config)?;
         let p = cache.config.page_tokens;
         let mut r = Reader::new(bytes);
         let magic: [u8; 4] = r.take(4)?.try_into().expect("took 4 bytes");
@@ -170,12 +190,20 @@ impl KvCache {
         )?;
         let (retired, gap) = (r.u64()?, r.u64()?);
         let mut counts = Vec::with_capacity(shape.n_layers.min(1 << 16));
-        for _ in 0..shape.n_layers {
-            counts.push(TableCounts {
+        for window in windows {
+            let c = TableCounts {
                 sink_tokens: r.u32()? as usize,
                 sealed_pages: r.u32()? as usize,
                 window_tokens: r.u32()? as usize,
-            });
+                sliding_window: r.u32()? as usize,
+                recycled_tokens: r.u32()? as usize,
+            };
+            expect(
+                "sliding window of a layer",
+                window.unwrap_or(0),
+                c.sliding_window as u64,
+            )?;
+            counts.push(c);
         }
         let len = cache.check_counts(&counts, retired, gap)?;
         let page_bytes = |c: &TableCounts| {
@@ -239,7 +267,23 @@ impl KvCache {
             {
                 return Err(bad(layer, "tokens after an incomplete sink run".into()));
             }
-            if self.codec.is_some() && c.window_tokens >= config.window + p {
+            if c.sliding_window == 0 && c.recycled_tokens > 0 {
+                return Err(bad(
+                    layer,
+                    "recycled tokens on a full-attention layer".into(),
+                ));
+            }
+            if !c.recycled_tokens.is_multiple_of(p) {
+                return Err(bad(layer, "recycled tokens: not whole pages".into()));
+            }
+            let keeps_fp16 = c.sliding_window > 0 && c.sliding_window <= FP16_WINDOW_LIMIT;
+            if keeps_fp16 && c.sealed_pages > 0 {
+                return Err(bad(
+                    layer,
+                    "compressed pages on a sliding-window layer".into(),
+                ));
+            }
+            if !keeps_fp16 && self.codec.is_some() && c.window_tokens >= config.window + p {
                 return Err(bad(
                     layer,
                     format!(
@@ -252,6 +296,7 @@ impl KvCache {
                 .sealed_pages
                 .saturating_mul(p)
                 .saturating_add(c.sink_tokens)
+                .saturating_add(c.recycled_tokens)
                 .saturating_add(c.window_tokens);
             if len > config.max_tokens {
                 return Err(SnapshotError::TooLong {
@@ -310,6 +355,8 @@ impl KvCache {
         let mut next = 0usize; // cache index of the next page's first token
         for (tokens, sink) in [(c.sink_tokens, true), (c.window_tokens, false)] {
             if !sink {
+                table.recycled = c.recycled_tokens;
+                next += c.recycled_tokens;
                 for _ in 0..c.sealed_pages {
                     let page = self.alloc_page(PageKind::Sealed);
                     let image = r.take(self.sealed_page_bytes())?;
@@ -430,10 +477,10 @@ pub(crate) mod tests {
         };
         vec![
             small(KvConfig::fp16()),
-            small(KvConfig::turbo()),
+            small(KvConfig::turbo_study()),
             small(KvConfig {
                 sink_tokens: 5,
-                ..KvConfig::turbo()
+                ..KvConfig::turbo_study()
             }),
             small(KvConfig {
                 key_norm: NormFormat::F16,
@@ -604,7 +651,7 @@ pub(crate) mod tests {
         let config = configs()[0].clone();
         let cache = filled(&config, 3, 1);
         let mut bytes = cache.snapshot_bytes();
-        let header = 4 + 4 * 4 + 16 + 3 * 4 * SHAPE.n_layers;
+        let header = 4 + 4 * 4 + 16 + 5 * 4 * SHAPE.n_layers;
         // First key half of layer 0 page 0 := +inf, then re-seal the page.
         let page = &mut bytes[header..header + cache.fp16_pool.page_bytes()];
         page[64..66].copy_from_slice(&half::f16::INFINITY.to_le_bytes());

@@ -14,6 +14,11 @@ pub struct LayerStats {
     pub compressed_tokens: usize,
     /// Tokens stored in fp16 pages (window and sinks, or everything with the fp16 codec).
     pub fp16_tokens: usize,
+    /// Tokens a sliding-window layer will never attend to again, whose pages were recycled
+    /// (`tokens = compressed_tokens + fp16_tokens + recycled_tokens`).
+    pub recycled_tokens: usize,
+    /// The layer's sliding window in tokens, 0 for full (global) attention; 0 in the total.
+    pub window: usize,
     pub pages_used: usize,
     pub k_payload_bytes: usize,
     pub v_payload_bytes: usize,
@@ -34,6 +39,7 @@ impl LayerStats {
         self.tokens += other.tokens;
         self.compressed_tokens += other.compressed_tokens;
         self.fp16_tokens += other.fp16_tokens;
+        self.recycled_tokens += other.recycled_tokens;
         self.pages_used += other.pages_used;
         self.k_payload_bytes += other.k_payload_bytes;
         self.v_payload_bytes += other.v_payload_bytes;
@@ -95,10 +101,11 @@ impl CacheStats {
     pub fn accounting_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         type Field = fn(&LayerStats) -> usize;
-        let additive: [(&str, Field); 11] = [
+        let additive: [(&str, Field); 12] = [
             ("tokens", |l| l.tokens),
             ("compressed_tokens", |l| l.compressed_tokens),
             ("fp16_tokens", |l| l.fp16_tokens),
+            ("recycled_tokens", |l| l.recycled_tokens),
             ("pages_used", |l| l.pages_used),
             ("k_payload_bytes", |l| l.k_payload_bytes),
             ("v_payload_bytes", |l| l.v_payload_bytes),

@@ -4,7 +4,9 @@
 //!
 //! ```text
 //! [0, sink)                      sink run    fp16 pages, the first `sink_tokens` tokens
-//! [sink, sink + sealed·P)        sealed      codec pages, exactly P tokens each
+//! [sink, sink + recycled)        recycled    no pages: whole pages a sliding-window layer
+//!                                            will never attend to again, given back
+//! [.., + sealed·P)               sealed      codec pages, exactly P tokens each
 //! [window_start, len)            window run  fp16 pages, all full except the last
 //! ```
 //!
@@ -61,6 +63,9 @@ impl TokenRun {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LayerTable {
     pub(crate) sink: TokenRun,
+    /// Tokens after the sink run whose pages were recycled (a multiple of the page size; only
+    /// on sliding-window layers, see `KvCache::set_layer_windows`).
+    pub(crate) recycled: usize,
     pub(crate) sealed: Vec<PageId>,
     pub(crate) window: TokenRun,
 }
@@ -72,7 +77,7 @@ impl LayerTable {
 
     /// Position of the first token of the window run.
     pub(crate) fn window_start(&self, page_tokens: usize) -> usize {
-        self.sink.tokens + self.sealed.len() * page_tokens
+        self.sink.tokens + self.recycled + self.sealed.len() * page_tokens
     }
 
     pub(crate) fn segment_count(&self) -> usize {
@@ -95,7 +100,7 @@ impl LayerTable {
             return Segment {
                 kind: PageKind::Sealed,
                 page: self.sealed[index],
-                first: self.sink.tokens + index * page_tokens,
+                first: self.sink.tokens + self.recycled + index * page_tokens,
                 count: page_tokens,
             };
         }
@@ -147,5 +152,11 @@ mod tests {
             ]
         );
         assert_eq!(table.window.next_slot(p), Some((segs[4].page, 2)));
+        // Recycled tokens hold no page and shift everything after the sink run.
+        table.recycled = 8;
+        assert_eq!(table.len(p), 3 + 8 + 8 + 6);
+        assert_eq!(table.segment_count(), 5);
+        let firsts: Vec<_> = (0..5).map(|i| table.segment(i, p).first).collect();
+        assert_eq!(firsts, [0, 11, 15, 19, 23]);
     }
 }

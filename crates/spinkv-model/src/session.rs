@@ -39,7 +39,10 @@ pub struct Session {
 impl Session {
     pub fn new(model: Arc<Model>, kv: KvConfig) -> Result<Session, ModelError> {
         let max_context = kv.max_tokens.min(model.config().max_position_embeddings);
-        let cache = KvCache::new(model.kv_shape(), kv)?;
+        let mut cache = KvCache::new(model.kv_shape(), kv)?;
+        let c = model.config();
+        let windows: Vec<Option<usize>> = (0..c.num_hidden_layers).map(|l| c.window(l)).collect();
+        cache.set_layer_windows(&windows)?;
         Ok(Session {
             model,
             cache,
@@ -262,8 +265,15 @@ impl Session {
         } else {
             (len, len - retired)
         };
-        self.tokens.truncate(keep);
         self.cache.truncate(index);
+        // A sliding-window layer that recycled what a query at `index` sees makes the cache
+        // cut back to its sinks (before any retirement gap): keep the tokens it holds.
+        let keep = if self.cache.len() < index {
+            self.cache.len()
+        } else {
+            keep
+        };
+        self.tokens.truncate(keep);
         self.logits.clear();
     }
 

@@ -14,6 +14,8 @@ macro_rules! layer_counts {
             tokens,
             compressed_tokens,
             fp16_tokens,
+            recycled_tokens,
+            window,
             pages_used,
             k_payload_bytes,
             v_payload_bytes,

@@ -338,7 +338,12 @@ pub fn restore(
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     let snapshot = &state[r.position()..];
-    let cache = KvCache::import_snapshot(expected.shape, config.clone(), snapshot)?;
+    let cache = KvCache::import_snapshot_with_windows(
+        expected.shape,
+        config.clone(),
+        &expected.layer_windows(),
+        snapshot,
+    )?;
     if tokens.len() as u64 != header.identity.context_tokens
         || tokens.len() != cache.len() + cache.retired()
     {

@@ -337,7 +337,8 @@ fn sampler_params(args: Option<&Value>) -> Result<SamplerParams, CallError> {
 fn layer_json(s: &LayerStats) -> Value {
     json!({
         "tokens": s.tokens, "compressed_tokens": s.compressed_tokens,
-        "fp16_tokens": s.fp16_tokens, "pages_used": s.pages_used,
+        "fp16_tokens": s.fp16_tokens, "recycled_tokens": s.recycled_tokens,
+        "window": s.window, "pages_used": s.pages_used,
         "k_payload_bytes": s.k_payload_bytes, "v_payload_bytes": s.v_payload_bytes,
         "norm_bytes": s.norm_bytes, "header_bytes": s.header_bytes,
         "padding_bytes": s.padding_bytes, "window_bytes": s.window_bytes,

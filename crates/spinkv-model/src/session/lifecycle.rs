@@ -92,8 +92,13 @@ impl Session {
     /// belong together and to this model first; on error nothing changes.
     pub fn restore(&mut self, tokens: Vec<u32>, cache: KvCache) -> Result<(), ModelError> {
         let mismatch = |what: String| Err(ModelError::Kv(KvError::InvalidConfig(what)));
-        if *cache.shape() != self.model.kv_shape() || cache.config() != self.cache.config() {
-            return mismatch("the restored cache was built for another shape or policy".into());
+        if *cache.shape() != self.model.kv_shape()
+            || cache.config() != self.cache.config()
+            || cache.layer_windows() != self.cache.layer_windows()
+        {
+            return mismatch(
+                "the restored cache was built for another shape, policy or sliding windows".into(),
+            );
         }
         if tokens.len() != cache.len() + cache.retired() {
             return mismatch(format!(
@@ -154,7 +159,7 @@ mod tests {
             page_tokens: 8,
             window: 8,
             max_tokens: 48,
-            ..KvConfig::turbo()
+            ..KvConfig::turbo_study()
         }
     }
 
