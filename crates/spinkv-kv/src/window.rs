@@ -323,6 +323,39 @@ mod tests {
             }
         }
 
+        /// A window longer than `FP16_WINDOW_LIMIT` (Mistral's) is compressed
+        /// as usual and recycles its oldest compressed pages; attention over what it keeps
+        /// equals attention over the same cache without recycling.
+        #[test]
+        fn a_long_window_recycles_compressed_pages() {
+            let long = crate::window::FP16_WINDOW_LIMIT + 40;
+            let config = KvConfig {
+                max_tokens: 2048,
+                ..configs()[1].clone()
+            };
+            let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
+            cache.set_layer_windows(&[Some(long), None]).unwrap();
+            let mut plain = KvCache::new(SHAPE, config).unwrap();
+            let mut rng = SplitMix64::new(13);
+            for _ in 0..12 {
+                let rows = tokens(&mut rng, 100);
+                append(&mut cache, &rows);
+                append(&mut plain, &rows);
+            }
+            let local = &cache.stats().layers[0];
+            assert!(
+                local.recycled_tokens > 0 && local.compressed_tokens > 0,
+                "{local:?}"
+            );
+            let q = normals(&mut SplitMix64::new(2), 3 * SHAPE.q_width(), 1.0);
+            let (mut a, mut b) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+            let start = cache.len() - 3;
+            cache.attend_window(0, &q, start, long, &mut a).unwrap();
+            plain.attend_window(0, &q, start, long, &mut b).unwrap();
+            assert_close(&a, &b, "long window");
+            assert_eq!(cache.stats().accounting_problems(), Vec::<String>::new());
+        }
+
         /// A cut within the slack page keeps the cache; a deeper one goes back to the sinks,
         /// and feeding the tokens again gives the same attention as an uncut cache.
         #[test]
