@@ -137,8 +137,8 @@ KvPresetOption = Annotated[
     Optional[KvPreset],
     option(
         "--kv",
-        help="KV cache preset: turbo (default: keys 3.5 bits, values 3 bits, 128 recent tokens "
-        "in fp16), fp16, turbo-qjl, kivi2, kivi4.",
+        help="KV cache preset: turbo (default: keys 3.5 bits, values 3 bits, the last 256 and "
+        "first 4 tokens in fp16), fp16, turbo-qjl, kivi2, kivi4.",
         panel=KV_CACHE,
     ),
 ]

@@ -94,7 +94,7 @@ fn identity_fields_are_unchanged_by_the_move() {
         ("codebook_version", "1"),
         ("bit_allocation", "turbo k=3.5 v=3 key-norm=log-u8"),
         ("outlier_policy", "rotation spreads outlier channels"),
-        ("recent_window", "window 128 + 0 sink tokens"),
+        ("recent_window", "window 256 + 4 sink tokens"),
         ("page_size", "32 tokens"),
         (
             "context_digest",
@@ -206,7 +206,8 @@ fn a_refused_file_leaves_the_session_untouched_and_says_why() {
             "transform",
             "codebook_version",
             "bit_allocation",
-            "outlier_policy"
+            "outlier_policy",
+            "recent_window"
         ]
     );
     assert!(transcript_survives(&err));

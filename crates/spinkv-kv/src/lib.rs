@@ -36,7 +36,7 @@ pub use cache::{sealed_bits_per_channel, KvCache};
 pub use codebook::CODEBOOK_VERSION;
 pub use config::{
     KvCodecKind, KvConfig, KvShape, NormFormat, DEFAULT_MAX_TOKENS, DEFAULT_PAGE_TOKENS,
-    DEFAULT_PRESET, DEFAULT_SEED, DEFAULT_WINDOW, PRESETS,
+    DEFAULT_PRESET, DEFAULT_SEED, DEFAULT_WINDOW, PRESETS, TURBO_SINK_TOKENS, TURBO_WINDOW,
 };
 pub use error::KvError;
 pub use identity::{
