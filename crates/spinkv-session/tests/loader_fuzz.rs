@@ -108,10 +108,10 @@ fn page_spans(bytes: &[u8]) -> Vec<Range<usize>> {
     let p = u32_at(bytes, snap + 8).unwrap() as usize;
     let fp16 = u32_at(bytes, snap + 12).unwrap() as usize;
     let sealed = u32_at(bytes, snap + 16).unwrap() as usize;
-    let mut at = snap + 36 + 12 * layers;
+    let mut at = snap + 36 + 20 * layers;
     let mut spans = Vec::new();
     for layer in 0..layers {
-        let counts = snap + 36 + 12 * layer;
+        let counts = snap + 36 + 20 * layer;
         let sink = u32_at(bytes, counts).unwrap() as usize;
         let n_sealed = u32_at(bytes, counts + 4).unwrap() as usize;
         let window = u32_at(bytes, counts + 8).unwrap() as usize;
