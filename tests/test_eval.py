@@ -185,6 +185,7 @@ def tiny_loaded(tiny_model_dir: Path, native: ModuleType) -> Any:
 
 def test_passkey_prompt_length_is_near_the_depth(tiny_loaded: Any) -> None:
     settings = ev.EvalSettings(arms=[], passkey_depths=(300, 450, 5000))
+    assert tiny_loaded.has_own_chat_template
     prompts, skipped = ev.passkey_prompts(tiny_loaded, settings)
     assert skipped == [5000]  # beyond the tiny model's 512-token context
     for prompt in prompts:
@@ -192,6 +193,35 @@ def test_passkey_prompt_length_is_near_the_depth(tiny_loaded: Any) -> None:
         text = tiny_loaded.detokenize(prompt.token_ids)
         assert passkey.NEEDLE.format(key=prompt.key) in text
         assert text.rstrip().endswith(passkey.QUESTION) or passkey.QUESTION in text
+
+
+def test_a_base_model_gets_raw_prompts_ending_in_the_answer(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A model without a chat template of its own is asked in plain text (not the ChatML
+    fallback), and its passkey prompt ends in the answer's first words."""
+    import shutil
+
+    import spinkv.api as api
+
+    base_dir = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base_dir)
+    config_path = base_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("chat_template", None)
+    config_path.write_text(json.dumps(config))
+    (base_dir / "chat_template.jinja").unlink(missing_ok=True)
+    base = api.load(str(base_dir))
+    assert not base.has_own_chat_template
+    assert ev.question_ids(base)("Water boils at") == base.tokenize(
+        "Water boils at", add_special_tokens=True
+    )
+    settings = ev.EvalSettings(arms=[], passkey_depths=(300,))
+    (prompt,), _ = ev.passkey_prompts(base, settings)
+    text = base.detokenize(prompt.token_ids)
+    assert "<|im_start|>" not in text
+    assert text.rstrip().endswith(f"{passkey.QUESTION}\n{passkey.ANSWER_PRIMER}")
+    assert abs(len(prompt.token_ids) - prompt.depth) <= 0.15 * prompt.depth
 
 
 def test_fp16_decode_path_equals_batched_prefill(tiny_loaded: Any) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Union
 import numpy as np
 
 from spinkv import _native
-from spinkv.chat_template import ChatTemplate, load_chat_template
+from spinkv.chat_template import CHATML_ORIGIN, ChatTemplate, load_chat_template
 from spinkv.errors import (
     ChatBusyError,
     ContextOverflowError,
@@ -132,6 +132,12 @@ class LoadedModel:
 
     def detokenize(self, token_ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    @property
+    def has_own_chat_template(self) -> bool:
+        """Whether the model ships a chat template (base models get a ChatML fallback, which
+        they were not trained on: prompt them with raw text)."""
+        return self.chat_template is not None and self.chat_template.origin != CHATML_ORIGIN
 
     def render_chat(
         self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True

@@ -26,6 +26,7 @@ from spinkv.errors import InvalidInputError, ModelFormatError, one_line
 from spinkv.models.info import read_json
 
 # Used for models that ship no template (base models): plain ChatML.
+CHATML_ORIGIN = "chatml-default"
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -234,7 +235,7 @@ def load_chat_template(model_dir: Path, fallback: bool = True) -> ChatTemplate |
     found = read_template_source(model_dir)
     if found is None and not fallback:
         return None
-    source, origin = found if found else (CHATML_TEMPLATE, "chatml-default")
+    source, origin = found if found else (CHATML_TEMPLATE, CHATML_ORIGIN)
     return ChatTemplate(
         source, bos_token=token("bos_token"), eos_token=token("eos_token"), origin=origin
     )

@@ -1,5 +1,6 @@
 """Passkey retrieval prompts: a pass key hidden in a long haystack of real text (the licence
-texts every Debian machine has), then a question about it, through the chat template."""
+texts every Debian machine has), then a question about it: through the chat template, or for a
+base model as plain text ending in the start of the answer."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ PREAMBLE = (
 )
 NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = "What is the pass key?"
+ANSWER_PRIMER = "The pass key is"
+"""Ends a base model's prompt (no chat template): it completes text rather than answering."""
 
 
 def haystack_text(directory: Path = LICENSE_DIR) -> str:

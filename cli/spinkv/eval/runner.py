@@ -243,6 +243,21 @@ def _eos_ids(model: LoadedModel) -> list[int]:
     return sorted(model.tokenizer.eos_token_ids)
 
 
+def question_ids(model: LoadedModel) -> Callable[[str], list[int]]:
+    """Token ids of a question: through the model's chat template, or as raw text for a base
+    model (no template of its own: the ChatML fallback is not what it was trained on)."""
+    if model.has_own_chat_template:
+        return model.prompt_token_ids
+    return lambda text: model.prompt_token_ids(text, raw=True)
+
+
+def passkey_question_ids(model: LoadedModel) -> Callable[[str], list[int]]:
+    """question_ids, with a base model's text ending in the answer's first words."""
+    if model.has_own_chat_template:
+        return model.prompt_token_ids
+    return lambda text: model.prompt_token_ids(f"{text}\n{passkey.ANSWER_PRIMER}", raw=True)
+
+
 def run_greedy(
     model: LoadedModel, settings: EvalSettings, inputs: Inputs, progress: Steps
 ) -> dict[str, Any]:
@@ -250,8 +265,9 @@ def run_greedy(
     arms = settings.arms
     progress.start("greedy", len(settings.prompts) * (len(arms) + 1))
     prompts: list[dict[str, Any]] = []
+    prompt_ids = question_ids(model)
     for prompt in settings.prompts:
-        ids = model.prompt_token_ids(prompt)
+        ids = prompt_ids(prompt)
         ref = greedy_generate(
             model.native.session(dict(REFERENCE_KV)), ids, settings.gen_tokens, eos
         )
@@ -299,7 +315,7 @@ def passkey_prompts(
             passkey.pass_key(depth, settings.seed),
             haystack_ids=hay_ids,
             detokenize=lambda ids: model.detokenize(ids, skip_special_tokens=False),
-            prompt_ids=model.prompt_token_ids,
+            prompt_ids=passkey_question_ids(model),
             position=settings.passkey_position,
         )
         for depth in settings.passkey_depths
