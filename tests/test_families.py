@@ -184,3 +184,47 @@ def test_gemma3_gguf_import_undoes_llama_cpp_conventions(tmp_path: Path) -> None
     assert config["sliding_window"] == 6 and config["rope_local_base_freq"] == 10000.0
     model = api.load(imported)
     assert model.config["family"] == "gemma3"
+
+
+def test_gemma3_import_exports_the_same_gguf_for_llama_cpp(tmp_path: Path) -> None:
+    """An imported Gemma 3 model exports (for `spinkv bench --compare-llama-cpp`) as a GGUF
+    with the source's metadata and the imported weights in llama.cpp's conventions; llama.cpp,
+    where installed, then gives our logits."""
+    import gguf
+    from spinkv.models.gguf_export import cached_gguf
+    from spinkv.models.gguf_import import METADATA_FILE, import_gguf
+
+    source_path = tmp_path / "tiny-gemma3.gguf"
+    _write_gemma3_gguf(FIXTURES / "gemma3", source_path)
+    imported = import_gguf(source_path, dtype="f32", out_dir=tmp_path / "imported")
+    assert (imported / METADATA_FILE).is_file()
+    exported = cached_gguf(imported, tmp_path / "exports")
+    source, copy = gguf.GGUFReader(source_path), gguf.GGUFReader(exported)
+    changed = {"general.file_type", "GGUF.tensor_count", "GGUF.kv_count"}
+    for name, field in source.fields.items():
+        if name not in changed:
+            assert copy.fields[name].contents() == field.contents(), name
+    assert copy.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_F16
+    theirs = {t.name: t for t in copy.tensors}
+    assert sorted(theirs) == sorted(t.name for t in source.tensors)
+    for tensor in source.tensors:
+        got = np.asarray(theirs[tensor.name].data, dtype=np.float32)
+        want = np.asarray(tensor.data, dtype=np.float32)
+        tolerance = 0 if want.ndim == 1 else 1e-3 * float(np.abs(want).max())  # f32 -> f16
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=tolerance, err_msg=tensor.name)
+
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    del llama_cpp
+    from spinkv.bench.llamacpp import LlamaCppEngine
+
+    tokens = [2, 50, 60, 70, 80, 90, 100, 33, 7, 12]  # longer than the 6-token window
+    llama = LlamaCppEngine(exported, n_ctx=64, threads=1)
+    try:
+        llama.new_context(None)
+        llama.prefill(tokens)
+        logits = np.ctypeslib.as_array(llama._llm._ctx.get_logits(), shape=(llama._n_vocab,))
+        ours = api.load(imported).session("fp16")
+        ours.prefill(tokens)
+        np.testing.assert_allclose(logits, ours.logits(), atol=0.02)
+    finally:
+        llama.close()

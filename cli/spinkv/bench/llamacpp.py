@@ -124,6 +124,10 @@ class LlamaCppEngine:
             type_k=cache_type,
             type_v=cache_type,
             flash_attn=config.flash_attention,
+            # Sliding-window layers keep only their window, as llama.cpp's own tools do
+            # (llama-cpp-python's default is the full-size cache, which attends over every
+            # token and masks most of them away).
+            swa_full=False,
             verbose=False,
         )
         self._n_vocab = int(self._llm.n_vocab())

@@ -1,10 +1,12 @@
-"""Write an HF-layout Llama directory (ours) as a GGUF that llama.cpp loads.
+"""Write a model directory (ours) as a GGUF that llama.cpp loads, with the same weights.
 
-The reverse of `spinkv.models.gguf_import`: HF tensor names become GGUF names, q_proj / k_proj rows
-get llama.cpp's RoPE permutation back (`permute_qk`), matrices are written as F16 — or as
-Q8_0, bit for bit the same numbers, when the model stores them as q8_0 — and norms as F32,
-and the byte-level BPE in tokenizer.json becomes GGUF tokenizer metadata. Used by
-`spinkv bench --compare-llama-cpp`, which caches the file in the store.
+The reverse of `spinkv.models.gguf_import`: HF tensor names become GGUF names, Llama's q_proj /
+k_proj rows get llama.cpp's RoPE permutation back (`permute_qk`), Gemma 3's norm gains become
+``1 + w`` again, matrices are written as F16 — or as Q8_0, bit for bit the same numbers, when
+the model stores them as q8_0 — and norms as F32. The metadata is the source GGUF's own when
+the model was imported from one (gguf-metadata.gguf: every key, the tokenizer included);
+otherwise, for Llama models, it is written from config.json and the byte-level BPE in
+tokenizer.json. Used by `spinkv bench --compare-llama-cpp`, which caches the file in the store.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from typing import Any
 import numpy as np
 
 from spinkv.errors import ModelFormatError, UnsupportedError
-from spinkv.models.gguf_import import permute_qk
+from spinkv.models.gguf_import import METADATA_FILE, copy_metadata, permute_qk
 from spinkv.models.info import weight_files
 from spinkv.models.tensor_names import hf_to_gguf
 from spinkv.util.safetensors_io import Q8_BLOCK, Q8_SCALE_SUFFIX
 
-EXPORT_FORMAT = 3  # 2: the pre-tokenizer tag follows tokenizer.json; 3: q8_0 models as Q8_0
+EXPORT_FORMAT = 4
+"""2: the pre-tokenizer tag follows tokenizer.json; 3: q8_0 models as Q8_0; 4: the source
+GGUF's metadata when there is one."""
 """Bumped when the written file changes, so cached exports are redone."""
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 
@@ -35,6 +39,8 @@ def export_key(model_dir: Path) -> str:
     digest = hashlib.sha256(f"export-{EXPORT_FORMAT}".encode())
     digest.update((model_dir / "config.json").read_bytes())
     digest.update((model_dir / "tokenizer.json").read_bytes())
+    if (model_dir / METADATA_FILE).is_file():
+        digest.update((model_dir / METADATA_FILE).read_bytes())
     for path in weight_files(model_dir):
         st = path.stat()
         digest.update(f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode())
@@ -196,43 +202,89 @@ def _first_id(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def write_gguf(model_dir: Path, out_path: Path) -> Path:
-    """Write model_dir as a GGUF at out_path: F16 matrices, or Q8_0 where the model has them."""
+def _add_tensors(writer: Any, model_dir: Path, config: Mapping[str, Any], arch: str) -> None:
+    """Every tensor of model_dir under its GGUF name, in llama.cpp's conventions for arch."""
     import gguf
 
-    config = _config(model_dir)
     heads = int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads", heads))
+    names = hf_to_gguf(int(config["num_hidden_layers"]), arch)
+    for hf_name, array, scales in _tensors(model_dir):
+        name = names.get(hf_name)
+        if name is None:
+            continue  # e.g. rotary inv_freq buffers
+        n_head = 0
+        if arch == "llama" and name.endswith("attn_q.weight"):
+            n_head = heads
+        elif arch == "llama" and name.endswith("attn_k.weight"):
+            n_head = kv_heads
+        if n_head:
+            # A row permutation: each row's Q8_0 blocks move with it.
+            array = permute_qk(array, n_head)
+            scales = None if scales is None else permute_qk(scales, n_head)
+        if scales is not None:
+            writer.add_tensor(
+                name,
+                q8_0_blocks(array, scales),
+                raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+            )
+            continue
+        if array.ndim == 1:
+            array = array.astype(np.float32)
+            if arch == "gemma3" and hf_name.endswith("norm.weight"):
+                array = array + np.float32(1.0)  # llama.cpp multiplies by the gain itself
+            writer.add_tensor(name, np.ascontiguousarray(array))
+            continue
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float16))
+
+
+def _write(writer: Any) -> None:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+
+
+def write_gguf(model_dir: Path, out_path: Path) -> Path:
+    """Write model_dir as a GGUF at out_path: F16 matrices, or Q8_0 where the model has them;
+    the source GGUF's metadata when the model was imported from one."""
+    import gguf
+
+    if (model_dir / METADATA_FILE).is_file():
+        return _write_with_source_metadata(model_dir, out_path)
+    config = _config(model_dir)
     writer = gguf.GGUFWriter(str(out_path), "llama")
     try:
         _add_hyper(writer, config, q8_0=_is_q8_0(model_dir))
         _add_tokenizer(writer, model_dir, config)
-        names = hf_to_gguf(int(config["num_hidden_layers"]))
-        for hf_name, array, scales in _tensors(model_dir):
-            name = names.get(hf_name)
-            if name is None:
-                continue  # e.g. rotary inv_freq buffers
-            n_head = 0
-            if name.endswith("attn_q.weight"):
-                n_head = heads
-            elif name.endswith("attn_k.weight"):
-                n_head = kv_heads
-            if n_head:
-                # A row permutation: each row's Q8_0 blocks move with it.
-                array = permute_qk(array, n_head)
-                scales = None if scales is None else permute_qk(scales, n_head)
-            if scales is not None:
-                writer.add_tensor(
-                    name,
-                    q8_0_blocks(array, scales),
-                    raw_dtype=gguf.GGMLQuantizationType.Q8_0,
-                )
-                continue
-            dtype = np.float32 if array.ndim == 1 else np.float16
-            writer.add_tensor(name, np.ascontiguousarray(array, dtype=dtype))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
+        _add_tensors(writer, model_dir, config, "llama")
+        _write(writer)
+    finally:
+        writer.close()
+    return out_path
+
+
+def _write_with_source_metadata(model_dir: Path, out_path: Path) -> Path:
+    import gguf
+
+    from spinkv.models.gguf_import import GGUFModel
+
+    config = json.loads((model_dir / "config.json").read_text())
+    source = GGUFModel(model_dir / METADATA_FILE)
+    arch = str(source.require("general.architecture"))
+    if arch not in ("llama", "gemma3"):
+        raise UnsupportedError(f"cannot export a model of GGUF architecture {arch}")
+    writer = gguf.GGUFWriter(str(out_path), arch)
+    try:
+        # The file type is ours; the source's (e.g. Q4_K_M) would misdescribe the weights.
+        copy_metadata(
+            source.reader, writer, frozenset(["general.file_type", "general.quantization_version"])
+        )
+        q8_0 = _is_q8_0(model_dir)
+        writer.add_file_type(
+            gguf.LlamaFileType.MOSTLY_Q8_0 if q8_0 else gguf.LlamaFileType.MOSTLY_F16
+        )
+        _add_tensors(writer, model_dir, config, arch)
+        _write(writer)
     finally:
         writer.close()
     return out_path

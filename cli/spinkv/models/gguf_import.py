@@ -2,8 +2,10 @@
 
 The directory holds model.safetensors (f16, bf16 or f32), config.json, generation_config.json,
 tokenizer.json (built with `tokenizers` from the GGUF vocab), tokenizer_config.json (with the
-chat template) and spinkv.json (where it came from). It is written into a temporary directory
-beside its destination and renamed into place, so a failure leaves nothing half-written.
+chat template), spinkv.json (where it came from) and gguf-metadata.gguf (the source's metadata
+without tensors, so that `spinkv bench` can hand llama.cpp the same model). It is written into
+a temporary directory beside its destination and renamed into place, so a failure leaves
+nothing half-written.
 
 GGUF conventions undone here:
 - dims are stored reversed (ne0 = columns); the reader's numpy arrays are already [rows, cols];
@@ -46,6 +48,9 @@ SUPPORTED_ARCHITECTURES = ("llama", "gemma3")
 GEMMA3_SLIDING_PATTERN = 6
 GEMMA3_LOCAL_ROPE_BASE = 10000.0
 SOURCE_FILE = "spinkv.json"
+METADATA_FILE = "gguf-metadata.gguf"
+"""Every metadata key of the source GGUF, no tensors: what llama.cpp needs besides the weights
+to run the model again (e.g. a SentencePiece vocabulary with its scores), for gguf_export."""
 # Bump when the import writes different files: the store then redoes older imports.
 IMPORT_FORMAT = 1
 
@@ -629,6 +634,37 @@ def source_record(path: Path) -> dict[str, Any]:
     }
 
 
+def copy_metadata(reader: Any, writer: Any, skip: frozenset[str] = frozenset()) -> None:
+    """Every metadata key of a GGUFReader into a GGUFWriter (made with the same
+    architecture), except the file's own header fields and the keys in skip."""
+    import gguf
+
+    for field in reader.fields.values():
+        name = field.name
+        if name.startswith("GGUF.") or name == gguf.Keys.General.ARCHITECTURE or name in skip:
+            continue
+        value_type = field.types[0]
+        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
+        try:
+            writer.add_key_value(name, field.contents(), value_type, sub_type=sub_type)
+        except Exception as exc:  # nested arrays and the like, which no model we run has
+            raise ModelFormatError(f"GGUF metadata field {name} cannot be copied: {exc}") from exc
+
+
+def write_metadata_copy(g: GGUFModel, out: Path) -> None:
+    """The source's metadata as a GGUF without tensors (METADATA_FILE)."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(out), str(g.require("general.architecture")))
+    try:
+        copy_metadata(g.reader, writer)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+
+
 def write_model_dir(g: GGUFModel, out: Path, dtype: str, extra: Mapping[str, Any]) -> None:
     """Write every file of the HF-layout directory into out (an existing empty dir)."""
     hp = read_hyper(g)
@@ -641,6 +677,7 @@ def write_model_dir(g: GGUFModel, out: Path, dtype: str, extra: Mapping[str, Any
         )
     write_safetensors(out / "model.safetensors", list(tensor_plans(g, hp)), dtype)
     tokenizer.save(str(out / "tokenizer.json"))
+    write_metadata_copy(g, out / METADATA_FILE)
     for filename, content in files.items():
         (out / filename).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n")
     record = {"format": IMPORT_FORMAT, "dtype": dtype, "gguf_name": g.get("general.name"), **extra}
