@@ -35,7 +35,8 @@ pub use state_digest::{state_digest, state_digest_of};
 pub use spinkv_kv::identity::{hex, parse_hex_digest};
 pub use spinkv_kv::{
     CacheIdentity, CacheStats, Digest, KvCodecKind, KvConfig, KvError, KvOptions, LayerStats,
-    NormFormat, OptionKind, OptionValue, PhaseTimes, DEFAULT_PRESET, OPTION_KEYS, PRESETS,
+    ModelKvDefaults, NormFormat, OptionKind, OptionValue, PhaseTimes, DEFAULT_PRESET, OPTION_KEYS,
+    PRESETS,
 };
 pub use spinkv_model::{
     inspect as inspect_model, set_threads, threads, LlamaConfig, Model, ModelError,

@@ -42,7 +42,7 @@ pub use error::KvError;
 pub use identity::{
     parse_hex_digest, CacheIdentity, Digest, HexError, IdentityInputs, CACHE_FORMAT_VERSION,
 };
-pub use options::{KvOptions, OptionKind, OptionValue, OPTION_KEYS};
+pub use options::{KvOptions, ModelKvDefaults, OptionKind, OptionValue, OPTION_KEYS};
 pub use page::PageError;
 pub use profile::PhaseTimes;
 pub use snapshot::SnapshotError;

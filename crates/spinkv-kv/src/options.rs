@@ -4,7 +4,9 @@
 //! (preset first, then each override, then the model's context as the capacity) are defined here
 //! once; front ends only convert their values to [`OptionValue`].
 
-use crate::config::{KvConfig, NormFormat, DEFAULT_MAX_TOKENS, DEFAULT_PRESET, PRESETS};
+use crate::config::{
+    KvCodecKind, KvConfig, NormFormat, DEFAULT_MAX_TOKENS, DEFAULT_PRESET, PRESETS,
+};
 use crate::error::KvError;
 
 /// Every option key, in the order they are resolved and reported.
@@ -66,6 +68,17 @@ pub struct KvOptions {
     pub key_norm: Option<NormFormat>,
     pub kivi_group: Option<usize>,
     pub seed: Option<u64>,
+}
+
+/// What a model family changes in the presets' defaults, from measurements on it (README,
+/// "Gemma 3 270M"): filled in where the options leave a value to the preset, so anything
+/// the user sets still wins and the identity record holds what was used.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ModelKvDefaults {
+    /// Key bits of the `turbo` codec when `k_bits` is not given.
+    pub turbo_k_bits: Option<f32>,
+    /// Value bits of the `turbo` codec when `v_bits` is not given.
+    pub turbo_v_bits: Option<f32>,
 }
 
 fn invalid(message: String) -> KvError {
@@ -195,7 +208,29 @@ impl KvOptions {
     }
 }
 
+impl KvOptions {
+    /// These options with a model family's `defaults` where they leave a value to the preset.
+    pub fn with_model_defaults(&self, defaults: ModelKvDefaults) -> Result<KvOptions, KvError> {
+        let mut out = self.clone();
+        if KvConfig::preset(self.preset_name())?.codec == KvCodecKind::Turbo {
+            out.k_bits = out.k_bits.or(defaults.turbo_k_bits);
+            out.v_bits = out.v_bits.or(defaults.turbo_v_bits);
+        }
+        Ok(out)
+    }
+}
+
 impl KvConfig {
+    /// The cache policy for `options` on a model whose context is `context` tokens and whose
+    /// family changes the presets' defaults by `defaults`.
+    pub fn for_model(
+        options: &KvOptions,
+        context: usize,
+        defaults: ModelKvDefaults,
+    ) -> Result<KvConfig, KvError> {
+        KvConfig::from_options(&options.with_model_defaults(defaults)?, Some(context))
+    }
+
     /// The cache policy for `options` on a model whose context is `context` tokens (`None`
     /// when no model is known yet: the capacity is then `max_context` or the preset's).
     /// Checked without a shape (`validate_policy`); `KvCache::new` checks the rest.
@@ -261,6 +296,34 @@ mod tests {
         assert_eq!(
             KvConfig::default(),
             KvConfig::preset(DEFAULT_PRESET).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_model_family_changes_only_what_the_options_leave_to_a_turbo_preset() {
+        let gemma = ModelKvDefaults {
+            turbo_k_bits: Some(4.0),
+            turbo_v_bits: None,
+        };
+        let bits = |spec: &str| {
+            let (options, _) = KvOptions::parse_spec(spec).unwrap();
+            let config = KvConfig::for_model(&options, 4096, gemma).unwrap();
+            (config.k_bits, config.v_bits)
+        };
+        let turbo = KvConfig::turbo();
+        assert_eq!(bits("turbo"), (4.0, turbo.v_bits));
+        assert_eq!(bits("turbo:k=3"), (3.0, turbo.v_bits));
+        assert_eq!(bits("kivi2"), (2.0, 2.0));
+        assert_eq!(bits("turbo-qjl"), {
+            let qjl = KvConfig::turbo_qjl();
+            (qjl.k_bits, qjl.v_bits)
+        });
+        let default = KvConfig::for_model(&KvOptions::default(), 4096, gemma).unwrap();
+        assert_eq!(default.k_bits, 4.0, "the default preset is turbo");
+        let plain = KvConfig::for_model(&KvOptions::default(), 4096, ModelKvDefaults::default());
+        assert_eq!(
+            plain.unwrap(),
+            KvConfig::from_options(&KvOptions::default(), Some(4096)).unwrap()
         );
     }
 

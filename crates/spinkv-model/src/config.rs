@@ -4,6 +4,7 @@
 
 use crate::error::ModelError;
 use serde::Deserialize;
+use spinkv_kv::ModelKvDefaults;
 use std::path::Path;
 
 /// The architectures (config.json `architectures[0]`) spinkv runs, and the `model_type` of each.
@@ -14,6 +15,9 @@ const FAMILIES: [(&str, &str, Family); 5] = [
     ("Qwen3ForCausalLM", "qwen3", Family::Qwen3),
     ("Gemma3ForCausalLM", "gemma3_text", Family::Gemma3),
 ];
+
+/// Key bits of the turbo codec on Gemma 3 unless the user sets them ([`LlamaConfig::kv_defaults`]).
+pub const GEMMA3_TURBO_K_BITS: f32 = 4.0;
 
 /// Decoder families; what each changes is spelled out in [`LlamaConfig`]'s fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,6 +268,20 @@ fn default_max_positions() -> usize {
 }
 
 impl LlamaConfig {
+    /// How this family changes the cache presets' defaults. Gemma 3's per-head k-norm leaves a
+    /// few high-gain channels carrying most of each key, and the rotated quantiser's error
+    /// scales with the whole key: at 3.5 key bits its logits move ~4× more (KLD vs the fp16
+    /// cache) than at 4 (README, "Gemma 3 270M"), so its turbo keys get 4 bits.
+    pub fn kv_defaults(&self) -> ModelKvDefaults {
+        match self.family {
+            Family::Gemma3 => ModelKvDefaults {
+                turbo_k_bits: Some(GEMMA3_TURBO_K_BITS),
+                turbo_v_bits: None,
+            },
+            _ => ModelKvDefaults::default(),
+        }
+    }
+
     pub fn from_file(path: &Path) -> Result<Self, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
             path: path.to_path_buf(),

@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use spinkv_core::{
-    KvConfig, KvOptions, OptionKind, OptionValue, DEFAULT_PRESET, OPTION_KEYS,
+    KvConfig, KvOptions, ModelKvDefaults, OptionKind, OptionValue, DEFAULT_PRESET, OPTION_KEYS,
     PREFILL_BLOCK_TOKENS, PRESETS,
 };
 
@@ -44,13 +44,15 @@ pub fn kv_options_from_dict(options: Option<&Bound<'_, PyDict>>) -> PyResult<KvO
     Ok(out)
 }
 
-/// The cache policy of a `kv=` dict on a model with `context` positions.
+/// The cache policy of a `kv=` dict on a model with `context` positions whose family changes
+/// the presets' defaults by `defaults`.
 pub fn kv_config_from_dict(
     options: Option<&Bound<'_, PyDict>>,
     context: usize,
+    defaults: ModelKvDefaults,
 ) -> PyResult<KvConfig> {
     let options = kv_options_from_dict(options)?;
-    KvConfig::from_options(&options, Some(context)).map_err(kv_error)
+    KvConfig::for_model(&options, context, defaults).map_err(kv_error)
 }
 
 fn option_object<'py>(py: Python<'py>, value: OptionValue) -> PyResult<Bound<'py, PyAny>> {

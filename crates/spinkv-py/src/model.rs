@@ -78,9 +78,13 @@ impl PyModel {
     /// A fresh conversation state with its own KV cache. `kv` selects the cache policy.
     #[pyo3(signature = (kv=None))]
     fn session(&self, kv: Option<&Bound<'_, PyDict>>) -> PyResult<PySession> {
-        let context = self.inner.config().max_position_embeddings;
+        let model_config = self.inner.config();
+        let (context, defaults) = (
+            model_config.max_position_embeddings,
+            model_config.kv_defaults(),
+        );
         let inner = guarded(|| {
-            let config = kv_config_from_dict(kv, context)?;
+            let config = kv_config_from_dict(kv, context, defaults)?;
             Session::new(Arc::clone(&self.inner), config).map_err(model_error)
         })?;
         Ok(PySession {

@@ -262,7 +262,8 @@ fn token_list(value: &Value, what: &str) -> Result<Vec<u32>, CallError> {
 
 /// `kv` as the Python API takes it: a preset name, a spec string (`turbo:window=0`), or an
 /// object of option keys.
-fn kv_config(kv: Option<&Value>, context: usize) -> Result<KvConfig, CallError> {
+/// The cache policy of a `kv` argument on `model` (its context and its family's defaults).
+fn kv_config(kv: Option<&Value>, model: &Model) -> Result<KvConfig, CallError> {
     let kv_error = |e: spinkv_core::KvError| CallError::new("KvCacheError", e.to_string());
     let options = match kv {
         None => KvOptions::default(),
@@ -288,7 +289,13 @@ fn kv_config(kv: Option<&Value>, context: usize) -> Result<KvConfig, CallError> 
             )))
         }
     };
-    KvConfig::from_options(&options, Some(context)).map_err(kv_error)
+    let config = model.config();
+    KvConfig::for_model(
+        &options,
+        config.max_position_embeddings,
+        config.kv_defaults(),
+    )
+    .map_err(kv_error)
 }
 
 fn sampler_params(args: Option<&Value>) -> Result<SamplerParams, CallError> {
@@ -578,8 +585,7 @@ impl Engine {
     /// front; default the whole context, so a long chat does not grow memory).
     fn new_session(&mut self, args: &Value) -> CallResult {
         let model = Arc::clone(&self.loaded()?.model);
-        let context = model.config().max_position_embeddings;
-        let config = kv_config(field(args, "kv"), context)?;
+        let config = kv_config(field(args, "kv"), &model)?;
         // The old session's cache goes before the new one is reserved.
         self.chat = None;
         let mut session = Session::new(model, config).map_err(model_error)?;
@@ -1005,7 +1011,7 @@ impl Engine {
         };
         let n = count_field(args, "n")?.unwrap_or(32).max(1);
         let repeats = count_field(args, "repeats")?.unwrap_or(1).max(1);
-        let config = kv_config(field(args, "kv"), model.config().max_position_embeddings)?;
+        let config = kv_config(field(args, "kv"), &model)?;
         let mut rows = Vec::new();
         for depth in depths {
             let depth = depth as usize;
