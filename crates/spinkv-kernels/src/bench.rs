@@ -202,6 +202,89 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
         rate(tokens * (value_layout.bytes() + 1), tokens, s),
     );
 
+    // The same scans as the attention loop runs them: integer key scores and narrow value
+    // tiles, one call per 32-token page against one call per tile of 8 pages (256 tokens,
+    // the pages stored apart as in the cache's pool), scales decoded per page.
+    let int_levels = kv_score::int_dot::IntLevels::new(&key_layout, levels).expect("K3.5 fits");
+    let qlen = kv_score::int_dot::query_len(&key_layout);
+    let mut int_query = vec![0i16; N_QH * qlen];
+    let mut factors = [0.0f32; N_QH];
+    for (h, (q, f)) in int_query
+        .chunks_exact_mut(qlen)
+        .zip(&mut factors)
+        .enumerate()
+    {
+        *f = kv_score::int_dot::quantize_query(
+            &key_layout,
+            &int_levels,
+            &queries[h * D..(h + 1) * D],
+            q,
+        );
+    }
+    let int_queries = kv_score::int_dot::IntQueries {
+        n_qh: N_QH,
+        values: &int_query,
+        value_stride: qlen,
+        factors: &factors,
+        factor_stride: 1,
+    };
+    const TILE: usize = 8;
+    let mut tile_scales = [0.0f32; TILE * PAGE];
+    let mut tile_scores = vec![0.0f32; N_QH * TILE * PAGE];
+    let tile_weights: Vec<f32> = (0..N_QH * TILE * PAGE)
+        .map(|i| 0.01 + pseudo(i).abs())
+        .collect();
+    let key_pages: Vec<&[u8]> = packed_keys.chunks_exact(kb).collect();
+    let value_pages: Vec<&[u8]> = packed_values.chunks_exact(vb).collect();
+    let sides: Vec<&[u8]> = log_scales.chunks_exact(PAGE).collect();
+    for tile in [1, TILE] {
+        let s = time(now, min_ms, || {
+            for (pages, sides) in key_pages.chunks(tile).zip(sides.chunks(tile)) {
+                for (side, out) in sides.iter().zip(tile_scales.chunks_exact_mut(PAGE)) {
+                    scales::decode_log_u8(side, -2.0, 0.02, out);
+                }
+                let rows = kv_score::int_dot::IntRows {
+                    pages,
+                    page_rows: PAGE,
+                    layout: &key_layout,
+                    levels: &int_levels,
+                    scales: &tile_scales[..tile * PAGE],
+                };
+                kv_score::int_dot::score_codes_int(
+                    rows,
+                    int_queries,
+                    &mut tile_scores,
+                    tile * PAGE,
+                );
+            }
+        });
+        say(
+            &format!("key scan turbo int K3.5 ({tile} pg/call)"),
+            rate(tokens * (key_layout.bytes() + 1), tokens, s),
+        );
+        let s = time(now, min_ms, || {
+            for (pages, sides) in value_pages.chunks(tile).zip(sides.chunks(tile)) {
+                for (side, out) in sides.iter().zip(tile_scales.chunks_exact_mut(PAGE)) {
+                    scales::decode_log_u8(side, -2.0, 0.02, out);
+                }
+                kv_accumulate::accumulate_code_pages(
+                    pages,
+                    PAGE,
+                    &value_layout,
+                    value_levels,
+                    &tile_scales[..tile * PAGE],
+                    &tile_weights,
+                    tile * PAGE,
+                    &mut acc,
+                );
+            }
+        });
+        say(
+            &format!("value scan turbo V3 ({tile} pg/call)"),
+            rate(tokens * (value_layout.bytes() + 1), tokens, s),
+        );
+    }
+
     // Append-time encoding of one token's key (the codec's steps: norm, rotate, snap, pack).
     let signs: Vec<f32> = (0..D)
         .map(|i| if pseudo(i) > 0.0 { 1.0 } else { -1.0 })

@@ -1,11 +1,12 @@
 //! Causal GQA attention over a layer's pages with a streaming (online) softmax.
 //!
-//! Work is split into items of (KV head, query range, page range). An item walks its pages once:
-//! for each page it scores every query head of the group against the page's keys (each key row
-//! is read once for the whole group), folds the page's scores into a running max/sum per query
-//! head, and accumulates the page's values with the resulting weights. Items over the same
+//! Work is split into items of (KV head, query range, page range). An item walks its pages once,
+//! a tile at a time — one fp16 page, or a run of up to [`TILE_TOKENS`] tokens of consecutive
+//! sealed pages: it scores every query head of the group against the tile's keys (each key row
+//! is read once for the whole group), folds the tile's scores into a running max/sum per query
+//! head, and accumulates the tile's values with the resulting weights. Items over the same
 //! queries but different page ranges are merged afterwards (split-K), which is what keeps both
-//! cores busy during decode. Scratch per item is one page of scores per query head plus a few
+//! cores busy during decode. Scratch per item is one tile of scores per query head plus a few
 //! rows; nothing the size of the history is ever materialised.
 
 use std::cell::RefCell;
@@ -14,7 +15,8 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::codec::fp16::Fp16Layout;
-use crate::codec::SealedCodec;
+use crate::codec::paged::MAX_RUN_PAGES;
+use crate::codec::{ScoreRows, SealedCodec};
 use crate::config::KvShape;
 use crate::kernels::{
     axpy_f32, exp_sub_sum, kv_accumulate, kv_score, max_f32, prefetch_read, scale_f32,
@@ -31,6 +33,18 @@ pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 18;
 /// Items per pool thread and KV head when splitting: equal-sized items, a multiple of the
 /// thread count, several per thread to even out a core that is busy elsewhere.
 const ITEMS_PER_THREAD_AND_HEAD: usize = 2;
+
+/// Tokens of sealed pages scanned as one tile: consecutive sealed pages are scored, folded
+/// into the softmax and accumulated together (up to [`MAX_RUN_PAGES`] pages), so the per-call
+/// costs — codec dispatch, scale decoding, kernel set-up, the softmax's max/exp/rescale per
+/// query head — are paid per tile instead of per 32-token page. The page stays the unit of
+/// allocation, identity and storage. 256 keeps the tile's token scales on the stack.
+const TILE_TOKENS: usize = 256;
+
+/// Sealed pages per scan tile at `page_tokens` tokens a page (at least one).
+fn tile_pages(page_tokens: usize) -> usize {
+    (TILE_TOKENS / page_tokens.max(1)).clamp(1, MAX_RUN_PAGES)
+}
 
 /// Everything one `attend` call reads.
 pub(crate) struct AttendJob<'a> {
@@ -269,7 +283,13 @@ fn run_item_with(
 
     let sealed = job.codec.filter(|_| !job.table.sealed.is_empty());
     let prepared_len = sealed.map_or(0, |codec| codec.prepared_len(n_qh));
-    let needed = n_qh * d + prepared_len + n_qh * page_tokens;
+    let tile_pages = if sealed.is_some() {
+        tile_pages(page_tokens)
+    } else {
+        1
+    };
+    let tile_tokens = tile_pages * page_tokens;
+    let needed = n_qh * d + prepared_len + n_qh * tile_tokens;
     if scratch.len() < needed {
         scratch.resize(needed, 0.0);
     }
@@ -289,7 +309,12 @@ fn run_item_with(
     laps.lap(Phase::QueryTransform);
     let last_pos = first_pos + n_q.max(1) - 1;
 
-    for index in item.segments.clone() {
+    let end = item.segments.end;
+    // The first segment not prefetched yet.
+    let mut prefetched = item.segments.start;
+    let mut pages: [&[u8]; MAX_RUN_PAGES] = [&[]; MAX_RUN_PAGES];
+    let mut index = item.segments.start;
+    while index < end {
         let seg = job.table.segment(index, page_tokens);
         if seg.first > last_pos || n_q == 0 {
             break;
@@ -297,37 +322,61 @@ fn run_item_with(
         // A page wholly before every query's window carries no weight.
         if let Some(window) = job.window {
             if seg.first + seg.count + window <= first_pos + 1 {
+                index += 1;
                 continue;
             }
         }
-        // Tokens of this page any query of the item may see.
-        let visible = seg.count.min(last_pos - seg.first + 1);
-        // Two pages ahead: one page's scan is shorter than a DRAM round trip under load.
-        if index == item.segments.start && index + 1 < item.segments.end {
-            prefetch_segment(job, item.kv_head, index + 1);
+        // The tile: this page, and after a sealed page the sealed pages that follow it (they
+        // are consecutive in tokens and full) up to the tile's length and the last query.
+        let mut tile = seg;
+        let mut n_pages = 1;
+        if seg.kind == PageKind::Sealed {
+            pages[0] = job.sealed_pool.page(seg.page);
+            while n_pages < tile_pages && index + n_pages < end {
+                let next = job.table.segment(index + n_pages, page_tokens);
+                if next.kind != PageKind::Sealed
+                    || next.first != tile.first + tile.count
+                    || next.first > last_pos
+                {
+                    break;
+                }
+                pages[n_pages] = job.sealed_pool.page(next.page);
+                tile.count += next.count;
+                n_pages += 1;
+            }
         }
-        if index + 2 < item.segments.end {
-            prefetch_segment(job, item.kv_head, index + 2);
+        // Tokens of this tile any query of the item may see.
+        let visible = tile.count.min(last_pos - tile.first + 1);
+        // Loads run two pages past the tile (one page's scan is shorter than a DRAM round
+        // trip under load; a whole tile ahead crowds L1).
+        let ahead = (index + n_pages + 2).min(end);
+        while prefetched < ahead {
+            prefetch_segment(job, item.kv_head, prefetched);
+            prefetched += 1;
         }
+        let rows = ScoreRows {
+            n_qh,
+            visible,
+            stride: tile_tokens,
+        };
         match seg.kind {
             PageKind::Fp16 => {
                 let page = job.fp16_pool.page(seg.page);
                 let keys = &job.fp16.keys(page, item.kv_head)[..visible * d];
-                kv_score::score_f16(keys, d, queries, scores, page_tokens);
+                kv_score::score_f16(keys, d, queries, scores, tile_tokens);
             }
             PageKind::Sealed => {
                 let codec = job.codec.expect("sealed pages imply a codec");
-                let page = job.sealed_pool.page(seg.page);
-                codec.score_page(page, item.kv_head, prepared, n_qh, visible, scores);
+                codec.score_pages(&pages[..n_pages], item.kv_head, prepared, rows, scores);
             }
         }
         laps.lap(Phase::KeyScan);
         softmax_step(
-            &seg,
+            &tile,
             first_pos,
             job.window,
             group,
-            page_tokens,
+            tile_tokens,
             visible,
             scores,
             &mut state,
@@ -338,15 +387,16 @@ fn run_item_with(
             PageKind::Fp16 => {
                 let page = job.fp16_pool.page(seg.page);
                 let values = &job.fp16.values(page, item.kv_head)[..visible * d];
-                kv_accumulate::accumulate_f16(values, d, scores, page_tokens, state.acc);
+                kv_accumulate::accumulate_f16(values, d, scores, tile_tokens, state.acc);
             }
             PageKind::Sealed => {
                 let codec = job.codec.expect("sealed pages imply a codec");
-                let page = job.sealed_pool.page(seg.page);
-                codec.accumulate_page(page, item.kv_head, scores, n_qh, visible, state.acc_sealed);
+                let acc = &mut *state.acc_sealed;
+                codec.accumulate_pages(&pages[..n_pages], item.kv_head, scores, rows, acc);
             }
         }
         laps.lap(Phase::ValueScan);
+        index += n_pages;
     }
     4 * needed
 }
@@ -369,15 +419,15 @@ fn prefetch_segment(job: &AttendJob<'_>, kv_head: usize, index: usize) {
     }
 }
 
-/// Folds one page's raw scores into the running state and turns them into the weights of the
-/// page's values: `exp(s - m_new)` for tokens the query may see, 0 for the causally masked.
+/// Folds one tile's raw scores into the running state and turns them into the weights of the
+/// tile's values: `exp(s - m_new)` for tokens the query may see, 0 for the causally masked.
 #[allow(clippy::too_many_arguments)]
 fn softmax_step(
     seg: &Segment,
     first_pos: usize,
     window: Option<usize>,
     group: usize,
-    page_tokens: usize,
+    stride: usize,
     visible: usize,
     scores: &mut [f32],
     state: &mut Partial<'_>,
@@ -393,7 +443,7 @@ fn softmax_step(
         };
         // First key of the page inside the query's sliding window.
         let low = window.map_or(0, |w| (pos + 1).saturating_sub(w).saturating_sub(seg.first));
-        let s = &mut scores[qh * page_tokens..qh * page_tokens + visible];
+        let s = &mut scores[qh * stride..qh * stride + visible];
         if limit <= low {
             s.fill(0.0);
             continue;

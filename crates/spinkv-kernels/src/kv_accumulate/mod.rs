@@ -56,6 +56,97 @@ pub fn accumulate_codes(
     }
 }
 
+/// [`accumulate_codes`] over a run of pages scanned as one tile: row `j` is row
+/// `j % page_rows` of `pages[j / page_rows]`; `scales` and the weights' columns run over the
+/// whole run. Rows are taken in order, so the result is exactly that of one
+/// [`accumulate_codes`] call per page (the reference); kernels that keep state across rows (the
+/// AVX2 narrow tile) set it up once per run instead of once per page.
+#[allow(clippy::too_many_arguments)]
+pub fn accumulate_code_pages(
+    pages: &[&[u8]],
+    page_rows: usize,
+    layout: &CodeLayout,
+    levels: Levels<'_>,
+    scales: &[f32],
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    let rows = scales.len();
+    assert!(page_rows > 0, "accumulate_code_pages: empty pages");
+    assert!(
+        pages.len() >= rows.div_ceil(page_rows),
+        "accumulate_code_pages: fewer pages than the rows"
+    );
+    for (p, page) in pages.iter().enumerate().take(rows.div_ceil(page_rows)) {
+        let in_page = (rows - p * page_rows).min(page_rows);
+        check_codes(page, layout, levels, in_page);
+    }
+    check(layout.d, rows, acc, weights.len(), stride);
+    // SAFETY: active_isa() only returns ISAs validated against this CPU; shapes checked.
+    unsafe {
+        accumulate_code_pages_on(
+            active_isa(),
+            pages,
+            page_rows,
+            layout,
+            levels,
+            scales,
+            weights,
+            stride,
+            acc,
+        )
+    }
+}
+
+/// # Safety
+/// `isa` must run on this CPU; shapes as checked by [`accumulate_code_pages`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn accumulate_code_pages_on(
+    isa: Isa,
+    pages: &[&[u8]],
+    page_rows: usize,
+    layout: &CodeLayout,
+    levels: Levels<'_>,
+    scales: &[f32],
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    let rows = scales.len();
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && narrow::applies(layout, acc.len() / layout.d) {
+        let per_call = narrow::MAX_PAGES * page_rows;
+        for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
+            let first = i * per_call;
+            if first >= rows {
+                break;
+            }
+            let r = CodedRows::new(
+                &[],
+                layout,
+                levels,
+                &scales[first..rows.min(first + per_call)],
+            );
+            // SAFETY: AVX2 is part of both x86 ISAs (the caller vouches for `isa`); the run's
+            // pages hold its rows, its weights start at column `first` (checked shapes).
+            unsafe { narrow::accumulate_pages(run, page_rows, r, &weights[first..], stride, acc) };
+        }
+        return;
+    }
+    for (p, page) in pages.iter().enumerate().take(rows.div_ceil(page_rows)) {
+        let first = p * page_rows;
+        let r = CodedRows::new(
+            page,
+            layout,
+            levels,
+            &scales[first..rows.min(first + page_rows)],
+        );
+        // SAFETY: forwarded; the page's rows and weight columns lie inside the checked shapes.
+        unsafe { accumulate_codes_on(isa, r, &weights[first..], stride, acc) };
+    }
+}
+
 /// Whether token `j` has a non-zero weight for any of the `n_qh` query heads.
 #[inline(always)]
 pub(crate) fn any_weight(weights: &[f32], stride: usize, n_qh: usize, j: usize) -> bool {
@@ -204,7 +295,42 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
                 "accumulate_codes d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
                 layout.hi, layout.lo, layout.n_hi
             )
-        })
+        })?;
+        // The same rows as a run of separately stored pages (ragged against the 32-row
+        // chunks): what one call per page gives, which is the one block's result.
+        let bytes = layout.bytes();
+        for page_rows in [5usize, 16] {
+            let copies: Vec<Vec<u8>> = block.codes[..rows * bytes]
+                .chunks(page_rows * bytes)
+                .map(<[u8]>::to_vec)
+                .collect();
+            let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
+            // Both start from the block's sums and add the rows once more.
+            let mut paged = want.clone();
+            let mut from_block = want.clone();
+            scalar::accumulate_codes(block, &weights, stride, &mut from_block);
+            // SAFETY: `isa` comes from the runnable list; shapes as for the block.
+            unsafe {
+                accumulate_code_pages_on(
+                    isa,
+                    &pages,
+                    page_rows,
+                    layout,
+                    block.levels,
+                    block.scales,
+                    &weights,
+                    stride,
+                    &mut paged,
+                )
+            };
+            canonical(isa, &paged, &from_block, 2.0 + 1.2 * rows as f32, &|| {
+                format!(
+                    "accumulate_code_pages pages of {page_rows} d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
+                    layout.hi, layout.lo, layout.n_hi
+                )
+            })?;
+        }
+        Ok(())
     })?;
     for_each_f16_block(&mut rng, |rng, d, values, n_qh, rows| {
         let weights = weights_for(rng, n_qh);

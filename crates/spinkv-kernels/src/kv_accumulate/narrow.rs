@@ -14,6 +14,7 @@
 use crate::codes::{CodeLayout, CodedRows};
 use crate::simd::avx2::tail_mask;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 /// Largest head dim this kernel takes (its group list and row padding live on the stack).
 const MAX_DIM: usize = 256;
@@ -109,22 +110,43 @@ struct Group {
     byte: usize,
 }
 
-/// Where the code rows are read from: rows below `safe` in place, the rest from `pad` (a
-/// copy followed by zeros, so every 32-bit group read stays inside a buffer).
-struct RowSource {
+/// Pages one call takes at most (each has its own padded tail copy on the stack): 256 tokens
+/// of 32-token pages. Callers split longer runs.
+pub(crate) const MAX_PAGES: usize = 8;
+
+/// Where one page's code rows are read from: rows below `safe` in place, the rest from `pad`
+/// (a copy followed by zeros, so every 32-bit group read stays inside a buffer).
+#[derive(Clone, Copy)]
+struct PageSource {
     codes: *const u8,
     pad: *const u8,
-    bytes: usize,
     safe: usize,
 }
 
+/// The rows of a run of pages, `page_rows` to a page.
+struct RowSource {
+    pages: [PageSource; MAX_PAGES],
+    bytes: usize,
+    page_rows: usize,
+}
+
 impl RowSource {
+    /// Writes the addresses of rows `c0..c0 + rows.len()` into `rows` (page and row kept as
+    /// counters: no division per row).
     #[inline(always)]
-    fn row(&self, j: usize) -> *const u8 {
-        if j < self.safe {
-            self.codes.wrapping_add(j * self.bytes)
-        } else {
-            self.pad.wrapping_add((j - self.safe) * self.bytes)
+    fn rows(&self, c0: usize, rows: &mut [*const u8]) {
+        let (mut page, mut j) = (c0 / self.page_rows, c0 % self.page_rows);
+        for row in rows {
+            let src = &self.pages[page];
+            *row = if j < src.safe {
+                src.codes.wrapping_add(j * self.bytes)
+            } else {
+                src.pad.wrapping_add((j - src.safe) * self.bytes)
+            };
+            j += 1;
+            if j == self.page_rows {
+                (page, j) = (page + 1, 0);
+            }
         }
     }
 }
@@ -159,9 +181,7 @@ unsafe fn stage(
         rows: [std::ptr::null(); CHUNK],
         live: 0,
     };
-    for (t, row) in staged.rows.iter_mut().enumerate().take(nc) {
-        *row = src.row(c0 + t);
-    }
+    src.rows(c0, &mut staged.rows[..nc]);
     // SAFETY: masked loads stay inside the chunk's `nc` weights and scales (the contract).
     unsafe {
         for q in 0..nq {
@@ -275,6 +295,27 @@ unsafe fn tile_of<const W: i32>(
 /// AVX2; shapes as checked by `super::accumulate_codes`; [`applies`] holds for the layout.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn accumulate(r: CodedRows<'_>, weights: &[f32], stride: usize, acc: &mut [f32]) {
+    let page_rows = r.scales.len().max(1);
+    // SAFETY: forwarded; one page holding every row.
+    unsafe { accumulate_pages(&[r.codes], page_rows, r, weights, stride, acc) }
+}
+
+/// [`accumulate`] over a run of pages: row `j` is row `j % page_rows` of
+/// `pages[j / page_rows]` (`r.codes` is not read), so the tile set-up, the level tables and the
+/// group plan are built once per run and each 32-row chunk may span pages.
+///
+/// # Safety
+/// AVX2; [`applies`] holds for the layout; `pages.len() <= MAX_PAGES`, they hold the
+/// `r.scales.len()` rows; weights and `acc` as checked by `super::accumulate_codes`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn accumulate_pages(
+    pages: &[&[u8]],
+    page_rows: usize,
+    r: CodedRows<'_>,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
     let layout = r.layout;
     let (d, bytes, rows) = (layout.d, layout.bytes(), r.scales.len());
     let n_qh = acc.len() / d;
@@ -320,27 +361,52 @@ pub(crate) unsafe fn accumulate(r: CodedRows<'_>, weights: &[f32], stride: usize
         }
     }
 
-    // Rows whose group reads stay inside `codes` are read in place; the last few (at most
-    // OVERREAD bytes short) from a zero-padded copy.
-    let len = r.codes.len();
-    let safe = if len >= max_end {
-        ((len - max_end) / bytes + 1).min(rows)
-    } else {
-        0
-    };
-    let mut pad = [0u8; PAD_BYTES];
-    let tail = &r.codes[safe * bytes..rows * bytes];
+    // Rows whose group reads stay inside their page's codes are read in place; the last few
+    // of each page (at most OVERREAD bytes short) from a zero-padded copy.
     assert!(
-        tail.len() + OVERREAD <= PAD_BYTES,
-        "narrow accumulate: padded tail"
+        page_rows > 0 && rows.div_ceil(page_rows) <= pages.len().min(MAX_PAGES),
+        "narrow accumulate: pages"
     );
-    pad[..tail.len()].copy_from_slice(tail);
-    let src = RowSource {
-        codes: r.codes.as_ptr(),
-        pad: pad.as_ptr(),
-        bytes,
-        safe,
+    // Only the used part of each page's pad is written (tail, then OVERREAD zeros): a single
+    // page call must not pay for clearing all MAX_PAGES pads.
+    let mut pads = MaybeUninit::<[[u8; PAD_BYTES]; MAX_PAGES]>::uninit();
+    let pads = pads.as_mut_ptr() as *mut u8;
+    let empty = PageSource {
+        codes: std::ptr::null(),
+        pad: std::ptr::null(),
+        safe: 0,
     };
+    let mut src = RowSource {
+        pages: [empty; MAX_PAGES],
+        bytes,
+        page_rows,
+    };
+    for (p, codes) in pages.iter().take(rows.div_ceil(page_rows)).enumerate() {
+        let in_page = (rows - p * page_rows).min(page_rows);
+        let len = codes.len();
+        let safe = if len >= max_end {
+            ((len - max_end) / bytes + 1).min(in_page)
+        } else {
+            0
+        };
+        let tail = &codes[safe * bytes..in_page * bytes];
+        assert!(
+            tail.len() + OVERREAD <= PAD_BYTES,
+            "narrow accumulate: padded tail"
+        );
+        // SAFETY: slot p of the pads (p < MAX_PAGES) has room for the tail and OVERREAD more.
+        let pad = unsafe {
+            let pad = pads.add(p * PAD_BYTES);
+            std::ptr::copy_nonoverlapping(tail.as_ptr(), pad, tail.len());
+            pad.add(tail.len()).write_bytes(0, OVERREAD);
+            pad
+        };
+        src.pages[p] = PageSource {
+            codes: codes.as_ptr(),
+            pad,
+            safe,
+        };
+    }
 
     let acc = acc.as_mut_ptr();
     for c0 in (0..rows).step_by(CHUNK) {

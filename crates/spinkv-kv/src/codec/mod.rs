@@ -14,6 +14,7 @@ pub(crate) mod turbo_value;
 use crate::config::{KvCodecKind, KvConfig, KvShape};
 use crate::error::KvError;
 use kivi::{KiviKeys, KiviValues};
+pub(crate) use paged::ScoreRows;
 use paged::{PagedCodec, MAX_CODED_DIM};
 use turbo_key::TurboKeys;
 use turbo_value::TurboValues;
@@ -63,7 +64,7 @@ pub(crate) struct PageAccounting {
 /// A compressed page format together with attention straight from its codes.
 ///
 /// Shapes: `n_qh` query heads of one KV head; `queries` `[n_qh][head_dim]` already multiplied
-/// by the softmax scale; `scores` and `weights` `[n_qh][page_tokens]`; `acc` `[n_qh][head_dim]`
+/// by the softmax scale; `scores` and `weights` `[n_qh][stride]`; `acc` `[n_qh][head_dim]`
 /// in the codec's own (e.g. rotated) domain until [`SealedCodec::finish`].
 pub(crate) trait SealedCodec: Send + Sync {
     fn page_bytes(&self) -> usize;
@@ -84,27 +85,28 @@ pub(crate) trait SealedCodec: Send + Sync {
     /// Floats of per-query state (`prepare`'s output) for `n_qh` query heads.
     fn prepared_len(&self, n_qh: usize) -> usize;
     fn prepare(&self, layer: usize, kv_head: usize, queries: &[f32], prepared: &mut [f32]);
-    /// Scores of the first `visible` tokens of the page for every query head.
-    fn score_page(
+    /// Scores of a run of consecutive full sealed pages (one scan tile; the pages stay the
+    /// unit of storage): the first `rows.visible` tokens of the run for every query head, token
+    /// `t` of the run at `scores[qh · rows.stride + t]`.
+    fn score_pages(
         &self,
-        page: &[u8],
+        pages: &[&[u8]],
         kv_head: usize,
         prepared: &[f32],
-        n_qh: usize,
-        visible: usize,
+        rows: ScoreRows,
         scores: &mut [f32],
     );
-    /// `acc[qh] += Σ_j weights[qh][j] · value_j` over the first `visible` tokens.
-    fn accumulate_page(
+    /// `acc[qh] += Σ_t weights[qh · rows.stride + t] · value_t` over the first `rows.visible`
+    /// tokens of a run of consecutive full sealed pages.
+    fn accumulate_pages(
         &self,
-        page: &[u8],
+        pages: &[&[u8]],
         kv_head: usize,
         weights: &[f32],
-        n_qh: usize,
-        visible: usize,
+        rows: ScoreRows,
         acc: &mut [f32],
     );
-    /// Hints the CPU to start loading what `score_page` and `accumulate_page` will read of
+    /// Hints the CPU to start loading what `score_pages` and `accumulate_pages` will read of
     /// `page` for `kv_head`.
     fn prefetch(&self, page: &[u8], kv_head: usize);
 

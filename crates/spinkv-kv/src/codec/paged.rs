@@ -13,6 +13,10 @@ use crate::page::{
 /// Maximum head dim of the compressing codecs (their per-token scratch lives on the stack).
 pub(crate) const MAX_CODED_DIM: usize = 1024;
 
+/// Most pages one scan call takes (the run's block views live on the stack); longer runs are
+/// split.
+pub(crate) const MAX_RUN_PAGES: usize = 8;
+
 /// One head's view of a key block.
 #[derive(Clone, Copy)]
 pub(crate) struct KeyBlock<'a> {
@@ -56,6 +60,40 @@ pub(crate) trait KeyHalf: Send + Sync {
     fn prepared_len(&self) -> usize;
     fn prepare(&self, layer: usize, head: usize, query: &[f32], prepared: &mut [f32]);
     fn score(&self, block: KeyBlock<'_>, prepared: &[f32], rows: ScoreRows, scores: &mut [f32]);
+    /// [`KeyHalf::score`] over a run of consecutive full pages of `page_tokens` tokens: the
+    /// first `rows.visible` tokens of the run, token `t` of the run in column `t` of `scores`.
+    /// The default scores page by page; a half whose kernels can take the run whole overrides
+    /// it (set-up, scale decoding and dispatch once per run).
+    fn score_run(
+        &self,
+        blocks: &[KeyBlock<'_>],
+        page_tokens: usize,
+        prepared: &[f32],
+        rows: ScoreRows,
+        scores: &mut [f32],
+    ) {
+        for_each_page(blocks, page_tokens, rows, |block, first, rows| {
+            self.score(block, prepared, rows, &mut scores[first..])
+        });
+    }
+}
+
+/// Calls `f(block, first token, rows)` for each page of a run that holds visible tokens, with
+/// `rows.visible` cut to that page's.
+pub(crate) fn for_each_page<B: Copy>(
+    blocks: &[B],
+    page_tokens: usize,
+    rows: ScoreRows,
+    mut f: impl FnMut(B, usize, ScoreRows),
+) {
+    for (i, &block) in blocks.iter().enumerate() {
+        let first = i * page_tokens;
+        if first >= rows.visible {
+            break;
+        }
+        let visible = (rows.visible - first).min(page_tokens);
+        f(block, first, ScoreRows { visible, ..rows });
+    }
 }
 
 /// Value coding of one head's page block.
@@ -67,6 +105,20 @@ pub(crate) trait ValueHalf: Send + Sync {
     fn decode(&self, layer: usize, head: usize, block: ValueBlock<'_>, rows: &mut [f32]);
     /// `acc[qh] += Σ_j weights[qh][j] · value_j` (in the half's own domain until `finish`).
     fn accumulate(&self, block: ValueBlock<'_>, weights: &[f32], rows: ScoreRows, acc: &mut [f32]);
+    /// [`ValueHalf::accumulate`] over a run of consecutive full pages (as
+    /// [`KeyHalf::score_run`]).
+    fn accumulate_run(
+        &self,
+        blocks: &[ValueBlock<'_>],
+        page_tokens: usize,
+        weights: &[f32],
+        rows: ScoreRows,
+        acc: &mut [f32],
+    ) {
+        for_each_page(blocks, page_tokens, rows, |block, first, rows| {
+            self.accumulate(block, &weights[first..], rows, acc)
+        });
+    }
     /// Brings one accumulated row to the plain domain.
     fn finish(&self, layer: usize, head: usize, acc_row: &mut [f32]);
 }
@@ -140,14 +192,37 @@ impl<K: KeyHalf, V: ValueHalf> PagedCodec<K, V> {
             codes: self.section(page, 4, self.values.code_bytes(), head),
         }
     }
+}
 
-    /// The `[n_qh][page_tokens]` score (or weight) rows of a page call.
-    fn score_rows(&self, n_qh: usize, visible: usize) -> ScoreRows {
-        ScoreRows {
-            n_qh,
-            visible,
-            stride: self.page_tokens,
+/// Views of the blocks of up to [`MAX_RUN_PAGES`] pages of a run, built on the stack.
+fn run_blocks<'p, B: Copy>(
+    pages: &[&'p [u8]],
+    empty: B,
+    block: impl Fn(&'p [u8]) -> B,
+) -> ([B; MAX_RUN_PAGES], usize) {
+    let mut blocks = [empty; MAX_RUN_PAGES];
+    for (slot, page) in blocks.iter_mut().zip(pages) {
+        *slot = block(page);
+    }
+    (blocks, pages.len().min(MAX_RUN_PAGES))
+}
+
+/// Calls `f(pages, first token, rows)` for each run of at most [`MAX_RUN_PAGES`] of `pages`
+/// that holds visible tokens, with `rows.visible` cut to the run's.
+fn for_each_run<'p>(
+    pages: &[&'p [u8]],
+    page_tokens: usize,
+    rows: ScoreRows,
+    mut f: impl FnMut(&[&'p [u8]], usize, ScoreRows),
+) {
+    let run_tokens = MAX_RUN_PAGES * page_tokens;
+    for (i, run) in pages.chunks(MAX_RUN_PAGES).enumerate() {
+        let first = i * run_tokens;
+        if first >= rows.visible {
+            break;
         }
+        let visible = (rows.visible - first).min(run_tokens);
+        f(run, first, ScoreRows { visible, ..rows });
     }
 }
 
@@ -274,32 +349,46 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
         }
     }
 
-    fn score_page(
+    fn score_pages(
         &self,
-        page: &[u8],
+        pages: &[&[u8]],
         kv_head: usize,
         prepared: &[f32],
-        n_qh: usize,
-        visible: usize,
+        rows: ScoreRows,
         scores: &mut [f32],
     ) {
-        let block = self.key_block(page, kv_head);
-        let rows = self.score_rows(n_qh, visible);
-        self.keys.score(block, prepared, rows, scores);
+        let empty = KeyBlock {
+            side: &[],
+            codes: &[],
+            residual: &[],
+        };
+        let p = self.page_tokens;
+        for_each_run(pages, p, rows, |run, first, rows| {
+            let (blocks, n) = run_blocks(run, empty, |page| self.key_block(page, kv_head));
+            let scores = &mut scores[first..];
+            self.keys.score_run(&blocks[..n], p, prepared, rows, scores);
+        });
     }
 
-    fn accumulate_page(
+    fn accumulate_pages(
         &self,
-        page: &[u8],
+        pages: &[&[u8]],
         kv_head: usize,
         weights: &[f32],
-        n_qh: usize,
-        visible: usize,
+        rows: ScoreRows,
         acc: &mut [f32],
     ) {
-        let block = self.value_block(page, kv_head);
-        let rows = self.score_rows(n_qh, visible);
-        self.values.accumulate(block, weights, rows, acc);
+        let empty = ValueBlock {
+            side: &[],
+            codes: &[],
+        };
+        let p = self.page_tokens;
+        for_each_run(pages, p, rows, |run, first, rows| {
+            let (blocks, n) = run_blocks(run, empty, |page| self.value_block(page, kv_head));
+            let weights = &weights[first..];
+            self.values
+                .accumulate_run(&blocks[..n], p, weights, rows, acc);
+        });
     }
 
     fn prefetch(&self, page: &[u8], kv_head: usize) {

@@ -16,7 +16,9 @@
 use super::norm::{
     decode_f16, decode_log_u8, encode_f16, encode_log_u8, log_u8_bytes, with_floats,
 };
-use super::paged::{KeyBlock, KeyBlockMut, KeyHalf, ScoreRows, MAX_CODED_DIM};
+use super::paged::{
+    for_each_page, KeyBlock, KeyBlockMut, KeyHalf, ScoreRows, MAX_CODED_DIM, MAX_RUN_PAGES,
+};
 use super::qjl::Qjl;
 use super::rotated::RotatedQuantizer;
 use crate::config::{KvShape, NormFormat};
@@ -248,20 +250,47 @@ impl KeyHalf for TurboKeys {
     }
 
     fn score(&self, block: KeyBlock<'_>, prepared: &[f32], rows: ScoreRows, scores: &mut [f32]) {
+        self.score_run(&[block], self.page_tokens, prepared, rows, scores);
+    }
+
+    /// The run's token scales are decoded into one buffer and its codes scored in one kernel
+    /// call (the integer scan takes the pages' code blocks as a list); only the float fallback
+    /// (widths above 4 bits) goes page by page.
+    fn score_run(
+        &self,
+        blocks: &[KeyBlock<'_>],
+        page_tokens: usize,
+        prepared: &[f32],
+        rows: ScoreRows,
+        scores: &mut [f32],
+    ) {
         let (n_qh, visible, stride) = (rows.n_qh, rows.visible, rows.stride);
         let d = self.d;
+        let p = page_tokens;
         let bytes = self.token_code_bytes();
         let per = self.prepared_len();
-        let codes = &block.codes[..visible * bytes];
+        let n_pages = visible.div_ceil(p);
+        assert!(
+            n_pages <= MAX_RUN_PAGES,
+            "turbo keys: run longer than MAX_RUN_PAGES"
+        );
         let (layout, levels) = (self.quantizer.code_layout(), self.key_levels());
         with_floats(visible, |scales| {
-            self.decode_scales(block.side, scales);
+            for (i, block) in blocks.iter().enumerate().take(n_pages) {
+                let first = i * p;
+                self.decode_scales(block.side, &mut scales[first..visible.min(first + p)]);
+            }
             if let Some(int_levels) = &self.int_levels {
+                let mut codes: [&[u8]; MAX_RUN_PAGES] = [&[]; MAX_RUN_PAGES];
+                for (slot, block) in codes.iter_mut().zip(&blocks[..n_pages]) {
+                    *slot = block.codes;
+                }
                 let heads = &prepared[..n_qh * per];
                 let int_at = self.float_len();
                 let values: &[i16] = bytemuck::cast_slice(heads);
                 let coded = IntRows {
-                    codes,
+                    pages: &codes[..n_pages],
+                    page_rows: p,
                     layout,
                     levels: int_levels,
                     scales,
@@ -274,24 +303,31 @@ impl KeyHalf for TurboKeys {
                     factor_stride: per,
                 };
                 int_dot::score_codes_int(coded, queries, scores, stride);
-                if let Some(qjl) = &self.qjl {
-                    self.add_residual_scores(block, prepared, rows, scores, qjl);
-                }
-                return;
+            } else {
+                // Prepared state starts with the rotated query, `d` floats of every head.
+                let queries: Vec<f32>;
+                let queries = if self.qjl.is_none() {
+                    &prepared[..n_qh * d]
+                } else {
+                    queries = prepared
+                        .chunks_exact(per)
+                        .take(n_qh)
+                        .flat_map(|p| p[..d].iter().copied())
+                        .collect();
+                    &queries[..]
+                };
+                for_each_page(blocks, p, rows, |block, first, page| {
+                    let codes = &block.codes[..page.visible * bytes];
+                    let scales = &scales[first..first + page.visible];
+                    let scores = &mut scores[first..];
+                    kv_score::score_codes(codes, layout, levels, scales, queries, scores, stride);
+                });
             }
-            let Some(qjl) = &self.qjl else {
-                // Prepared state is exactly the rotated queries, `[n_qh][d]`.
-                let queries = &prepared[..n_qh * d];
-                kv_score::score_codes(codes, layout, levels, scales, queries, scores, stride);
-                return;
-            };
-            let queries: Vec<f32> = prepared
-                .chunks_exact(per)
-                .take(n_qh)
-                .flat_map(|p| p[..d].iter().copied())
-                .collect();
-            kv_score::score_codes(codes, layout, levels, scales, &queries, scores, stride);
-            self.add_residual_scores(block, prepared, rows, scores, qjl);
+            if let Some(qjl) = &self.qjl {
+                for_each_page(blocks, p, rows, |block, first, page| {
+                    self.add_residual_scores(block, prepared, page, &mut scores[first..], qjl);
+                });
+            }
         });
     }
 }

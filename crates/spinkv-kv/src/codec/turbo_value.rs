@@ -5,7 +5,7 @@
 //! rotated back once per step (`finish`), never per token.
 
 use super::norm::{decode_log_u8, encode_log_u8, log_u8_bytes, with_floats};
-use super::paged::{ScoreRows, ValueBlock, ValueHalf, MAX_CODED_DIM};
+use super::paged::{ScoreRows, ValueBlock, ValueHalf, MAX_CODED_DIM, MAX_RUN_PAGES};
 use super::rotated::RotatedQuantizer;
 use super::turbo_key::unit_rotated;
 use crate::config::KvShape;
@@ -105,20 +105,43 @@ impl ValueHalf for TurboValues {
     }
 
     fn accumulate(&self, block: ValueBlock<'_>, weights: &[f32], rows: ScoreRows, acc: &mut [f32]) {
+        self.accumulate_run(&[block], self.page_tokens, weights, rows, acc);
+    }
+
+    /// The run's token scales are decoded into one buffer and its codes accumulated in one
+    /// kernel call over the pages' code blocks.
+    fn accumulate_run(
+        &self,
+        blocks: &[ValueBlock<'_>],
+        page_tokens: usize,
+        weights: &[f32],
+        rows: ScoreRows,
+        acc: &mut [f32],
+    ) {
         let (n_qh, visible, stride) = (rows.n_qh, rows.visible, rows.stride);
-        let (d, side, codes_in) = (self.d, block.side, block.codes);
-        let bytes = self.quantizer.layout.bytes();
+        let p = page_tokens;
+        let n_pages = visible.div_ceil(p);
+        assert!(
+            n_pages <= MAX_RUN_PAGES,
+            "turbo values: run longer than MAX_RUN_PAGES"
+        );
         let (layout, levels) = (self.quantizer.code_layout(), self.quantizer.levels());
+        let mut codes: [&[u8]; MAX_RUN_PAGES] = [&[]; MAX_RUN_PAGES];
         with_floats(visible, |scales| {
-            decode_log_u8(side, scales);
-            kv_accumulate::accumulate_codes(
-                &codes_in[..visible * bytes],
+            for (i, (block, slot)) in blocks.iter().zip(&mut codes).enumerate().take(n_pages) {
+                let first = i * p;
+                decode_log_u8(block.side, &mut scales[first..visible.min(first + p)]);
+                *slot = block.codes;
+            }
+            kv_accumulate::accumulate_code_pages(
+                &codes[..n_pages],
+                p,
                 layout,
                 levels,
                 scales,
                 weights,
                 stride,
-                &mut acc[..n_qh * d],
+                &mut acc[..n_qh * self.d],
             );
         });
     }

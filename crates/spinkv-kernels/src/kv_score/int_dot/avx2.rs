@@ -153,6 +153,9 @@ pub unsafe fn score_codes_int(
     let rows = r.scales.len();
     let mut buf = MaybeUninit::<[i16; BLOCK * MAX_ROW]>::uninit();
     let buf = buf.as_mut_ptr() as *mut i16;
+    // The next row to decode: its page and its byte offset there (rows are decoded in order,
+    // so a run of pages costs one page switch per page, no division per row).
+    let (mut page, mut in_page) = (0usize, 0usize);
     for j0 in (0..rows).step_by(BLOCK) {
         let nb = (rows - j0).min(BLOCK);
         for t in 0..BLOCK {
@@ -164,10 +167,15 @@ pub unsafe fn score_codes_int(
                     core::ptr::write_bytes(dst, 0, len);
                     continue;
                 }
-                let row = (j0 + t) * bytes;
+                let codes = r.pages[page];
+                let row = in_page * bytes;
+                in_page += 1;
+                if in_page == r.page_rows {
+                    (page, in_page) = (page + 1, 0);
+                }
                 for plan in &plans {
                     for g in 0..plan.groups {
-                        let word = word_at(r.codes, row + plan.byte + g * plan.step);
+                        let word = word_at(codes, row + plan.byte + g * plan.step);
                         let out = dst.add(plan.first + g * GROUP) as *mut __m256i;
                         _mm256_storeu_si256(out, plan.levels(word));
                     }

@@ -128,14 +128,44 @@ pub fn quantize_query(layout: &CodeLayout, levels: &IntLevels, q: &[f32], out: &
     (max / QUERY_MAX) * levels.scale
 }
 
-/// A block of packed key rows for the integer scan: `codes` holds `scales.len()` rows of
-/// `layout.bytes()`.
+/// A run of packed key rows for the integer scan: `scales.len()` rows of `layout.bytes()`,
+/// `page_rows` to a slice of `pages` (row `j` is row `j % page_rows` of
+/// `pages[j / page_rows]`). A run of several pages is scanned in one call, so the kernel's
+/// set-up and dispatch are paid per run, not per page; a single block is one page of
+/// `scales.len()` rows ([`IntRows::block`]).
 #[derive(Clone, Copy)]
 pub struct IntRows<'a> {
-    pub codes: &'a [u8],
+    pub pages: &'a [&'a [u8]],
+    pub page_rows: usize,
     pub layout: &'a CodeLayout,
     pub levels: &'a IntLevels,
     pub scales: &'a [f32],
+}
+
+impl<'a> IntRows<'a> {
+    /// One contiguous block: `codes` holds all `scales.len()` rows.
+    pub fn block(
+        codes: &'a &'a [u8],
+        layout: &'a CodeLayout,
+        levels: &'a IntLevels,
+        scales: &'a [f32],
+    ) -> Self {
+        IntRows {
+            pages: core::slice::from_ref(codes),
+            page_rows: scales.len().max(1),
+            layout,
+            levels,
+            scales,
+        }
+    }
+
+    /// The packed bytes of row `j`.
+    #[inline(always)]
+    pub(crate) fn row(&self, j: usize) -> &'a [u8] {
+        let bytes = self.layout.bytes();
+        let at = (j % self.page_rows) * bytes;
+        &self.pages[j / self.page_rows][at..at + bytes]
+    }
 }
 
 /// Quantised queries of `n_qh` heads: head `h`'s int16s at `values[h · value_stride..]`
@@ -179,7 +209,7 @@ pub(crate) fn score_unpacked_rows(
     unpack: impl Fn(&[u8], &mut [u8]),
 ) {
     let layout = r.layout;
-    let (d, n_hi, bytes) = (layout.d, layout.n_hi, layout.bytes());
+    let (d, n_hi) = (layout.d, layout.n_hi);
     let [pad_hi, _] = padded(layout);
     let len = query_len(layout);
     let mut codes = [0u8; MAX_INT_DIM];
@@ -188,7 +218,7 @@ pub(crate) fn score_unpacked_rows(
     let mut row = [0i16; MAX_INT_DIM + 2 * GROUP];
     let row = &mut row[..len];
     for (j, &scale) in r.scales.iter().enumerate() {
-        unpack(&r.codes[j * bytes..(j + 1) * bytes], codes);
+        unpack(r.row(j), codes);
         let (hi_codes, lo_codes) = codes.split_at(n_hi);
         for (level, &code) in row[..n_hi].iter_mut().zip(hi_codes) {
             *level = r.levels.hi[code as usize & 15] as i16;
@@ -219,10 +249,23 @@ pub fn score_codes_int(
     let layout = rows.layout;
     assert!(supports(layout), "score_codes_int: layout not supported");
     let n = rows.scales.len();
+    assert!(rows.page_rows > 0, "score_codes_int: empty pages");
     assert!(
-        rows.codes.len() >= n * layout.bytes(),
-        "score_codes_int: codes shorter than the rows"
+        rows.pages.len() >= n.div_ceil(rows.page_rows),
+        "score_codes_int: fewer pages than the rows"
     );
+    for (p, page) in rows
+        .pages
+        .iter()
+        .enumerate()
+        .take(n.div_ceil(rows.page_rows))
+    {
+        let in_page = (n - p * rows.page_rows).min(rows.page_rows);
+        assert!(
+            page.len() >= in_page * layout.bytes(),
+            "score_codes_int: codes shorter than the rows"
+        );
+    }
     assert!(n <= stride, "score_codes_int: more rows than the stride");
     let len = query_len(layout);
     let n_qh = queries.n_qh;
@@ -298,12 +341,8 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
                 factors: &factors,
                 factor_stride: 2,
             };
-            let block = IntRows {
-                codes: &packed,
-                layout: &layout,
-                levels: &levels,
-                scales: &scales,
-            };
+            let packed_ref = packed.as_slice();
+            let block = IntRows::block(&packed_ref, &layout, &levels, &scales);
             let mut want = vec![7.0f32; n_qh * stride];
             let mut got = want.clone();
             scalar::score_codes_int(block, queries, &mut want, stride);
@@ -315,6 +354,29 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
                     layout.d, layout.hi, layout.lo, layout.n_hi
                 )
             })?;
+            // The same rows as a run of separately stored pages (ragged against the AVX2
+            // kernel's 8-row blocks): the same bits as the one block.
+            for page_rows in [5usize, 8] {
+                let copies: Vec<Vec<u8>> = packed
+                    .chunks(page_rows * layout.bytes())
+                    .map(<[u8]>::to_vec)
+                    .collect();
+                let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
+                let run = IntRows {
+                    pages: &pages,
+                    page_rows,
+                    ..block
+                };
+                let mut paged = vec![7.0f32; n_qh * stride];
+                // SAFETY: `isa` comes from the runnable list.
+                unsafe { score_codes_int_on(isa, run, queries, &mut paged, stride) };
+                identical(&paged, &want, &|| {
+                    format!(
+                        "score_codes_int pages of {page_rows} d={} {}/{}x{} n_qh={n_qh} rows={rows}",
+                        layout.d, layout.hi, layout.lo, layout.n_hi
+                    )
+                })?;
+            }
         }
     }
     Ok(())
@@ -352,12 +414,8 @@ mod tests {
                 factors: &[factor],
                 factor_stride: 1,
             };
-            let block = IntRows {
-                codes: &packed,
-                layout: &layout,
-                levels: &levels,
-                scales: &scales,
-            };
+            let packed_ref = packed.as_slice();
+            let block = IntRows::block(&packed_ref, &layout, &levels, &scales);
             let mut got = vec![0.0f32; rows];
             score_codes_int(block, queries, &mut got, rows);
             let mut want = vec![0.0f32; rows];
