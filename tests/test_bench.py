@@ -62,6 +62,24 @@ def test_json_record(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
         assert row["tg_matmul_ms"] >= 0 and row["pp_attention_ms"] >= 0
         assert (row["fill_tok_s"] is None) == (row["depth"] == 0)
     assert record["ratios"] == []
+    memory = record["system"]["memory"]
+    assert memory["read_gb_per_s"] > 0 and memory["probe_threads"] >= 1
+    assert memory["decode_weight_bytes"] == decode_weight_bytes(Path(tiny))
+    expected_bound = memory["read_gb_per_s"] * 1e9 / memory["decode_weight_bytes"]
+    assert memory["weight_bound_tok_s"] == pytest.approx(expected_bound, rel=0.01)
+
+
+def decode_weight_bytes(model_dir: Path) -> int:
+    """Bytes of the projections and the LM head, from the safetensors headers alone."""
+    total = 0
+    for path in model_dir.glob("*.safetensors"):
+        with path.open("rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        for name, entry in header.items():
+            if name.endswith("_proj.weight") or name == "lm_head.weight":
+                start, end = entry["data_offsets"]
+                total += end - start
+    return total
 
 
 def test_kv_phases_come_from_a_profiled_pass(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -307,6 +325,16 @@ def test_native_kernel_bench_restores_the_isa(native: ModuleType) -> None:
     assert len(lines) >= 6 and all(line.startswith("scalar ") for line in lines)
     with pytest.raises(native.InvalidInputError, match="unknown ISA"):
         native.kernel_bench("bogus")
+
+
+def test_native_read_bandwidth_checks_its_arguments(native: ModuleType) -> None:
+    probe = native.read_bandwidth(64, 1)
+    assert probe["gb_per_s"] > 0 and probe["buffer_bytes"] == 64 << 20 and probe["passes"] == 1
+    for bad in [(1, 1), (64, 0), (-1, 1), (1 << 20, 1)]:
+        with pytest.raises(native.InvalidInputError, match="bandwidth probe|must be"):
+            native.read_bandwidth(*bad)
+    with pytest.raises(native.InvalidInputError, match="mib must be"):
+        native.read_bandwidth("lots")
 
 
 # ---- llama.cpp, when installed ----------------------------------------------------------------

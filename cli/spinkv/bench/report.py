@@ -70,6 +70,36 @@ def system_info(model: Any, *, isas: Sequence[str], command: str) -> dict[str, A
     }
 
 
+def memory_bound(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The compute pool's memory read bandwidth (a 256 MiB buffer summed 5 times, median) and
+    the decode rate that reading the weights alone allows: a floor no kernel gets under."""
+    from spinkv import _native
+
+    probe = _native.read_bandwidth()
+    weight_bytes = int(config.get("decode_weight_bytes") or 0)
+    gbps = float(probe["gb_per_s"])
+    return {
+        "read_gb_per_s": round(gbps, 2),
+        "read_best_gb_per_s": round(float(probe["best_gb_per_s"]), 2),
+        "probe_threads": int(probe["threads"]),
+        "decode_weight_bytes": weight_bytes,
+        "weight_bound_tok_s": round(gbps * 1e9 / weight_bytes, 1) if weight_bytes else None,
+    }
+
+
+def memory_line(memory: Mapping[str, Any]) -> str:
+    line = (
+        f"memory: reads {memory['read_gb_per_s']:.1f} GB/s with {memory['probe_threads']} "
+        f"threads (best {memory['read_best_gb_per_s']:.1f})"
+    )
+    if memory.get("weight_bound_tok_s"):
+        line += (
+            f"; a decode step reads {memory['decode_weight_bytes'] / 1e6:.0f} MB of weights, "
+            f"so at most {memory['weight_bound_tok_s']:.1f} tok/s at that rate"
+        )
+    return line
+
+
 def header_lines(system: Mapping[str, Any]) -> list[str]:
     params = system.get("model_params")
     size = f", {params / 1e6:.1f} M params" if params else ""
@@ -84,6 +114,8 @@ def header_lines(system: Mapping[str, Any]) -> list[str]:
     ]
     if system.get("load_average_end"):
         lines[-1] += "; at end: " + " ".join(map(str, system["load_average_end"]))
+    if system.get("memory"):
+        lines.append(memory_line(system["memory"]))
     if system.get("llama_cpp"):
         lines.append(f"llama.cpp: {system['llama_cpp']}")
     cores = system.get("cores") or 1

@@ -87,11 +87,12 @@ def run_benchmark(
     rows, ratios, notes. on_row(row, system) is called as each row completes (to stream
     results of long runs)."""
     from spinkv import _native
-    from spinkv.bench.report import system_info
+    from spinkv.bench.report import memory_bound, system_info
 
     cases = settings.cases()
     check_context(cases, int(loaded.config["max_context"]))
     system = system_info(loaded, isas=settings.isas, command=command)
+    system["memory"] = memory_bound(loaded.config)
     engine = bm.SpinkvEngine(loaded.native)
     llamas: list[tuple[Any, dict[int, list[bm.Case]]]] = []
     notes = [BENCH_NOTES]

@@ -43,6 +43,8 @@ pub use spinkv_model::{
     ModelInspection, Sampler, SamplerParams, Session, WeightBytes, WeightFile, MAX_THREADS,
     PREFILL_BLOCK_TOKENS,
 };
+#[cfg(not(target_arch = "wasm32"))]
+pub use spinkv_model::{read_bandwidth, ReadBandwidth};
 #[cfg(target_arch = "wasm32")]
 pub use spinkv_model::{set_host_hooks, HostHooks};
 pub use spinkv_session::{runtime_build, SessionFileError, SessionHeader, FORMAT_VERSION};

@@ -64,6 +64,8 @@ pub enum ModelError {
     InvalidSampling(String),
     #[error("invalid thread count: {0}")]
     Threads(String),
+    #[error("bandwidth probe: {0}")]
+    Probe(String),
     #[error("too large: {0}")]
     TooLarge(String),
     #[error("KV cache: {0}")]

@@ -2,6 +2,8 @@
 //! a host hands over: `Model::from_bytes`), batched prefill and single-token decode over a
 //! spinkv-kv cache, and the sampler. `platform` holds what differs on wasm32.
 
+#[cfg(not(target_arch = "wasm32"))]
+mod bandwidth;
 mod config;
 mod error;
 mod forward;
@@ -14,6 +16,8 @@ mod session;
 mod timings;
 mod weights;
 
+#[cfg(not(target_arch = "wasm32"))]
+pub use bandwidth::{read_bandwidth, ReadBandwidth, PROBE_MIB_RANGE, PROBE_PASSES_RANGE};
 pub use config::LlamaConfig;
 pub use error::ModelError;
 pub use inspect::{inspect, ModelInspection, WeightFile};

@@ -75,6 +75,32 @@ impl Model {
         self.weights.file_bytes
     }
 
+    /// Bytes of weights one decode step reads: every layer's projections and the LM head (the
+    /// embedding's single row, the norms and biases are left out as negligible).
+    pub fn decode_weight_bytes(&self) -> u64 {
+        let w = &self.weights;
+        let bytes = |m: &crate::weights::Matrix| weight_ref_bytes(w.view(m));
+        let layers: u64 = w
+            .layers
+            .iter()
+            .map(|l| {
+                [
+                    &l.q_proj,
+                    &l.k_proj,
+                    &l.v_proj,
+                    &l.o_proj,
+                    &l.gate_proj,
+                    &l.up_proj,
+                    &l.down_proj,
+                ]
+                .into_iter()
+                .map(bytes)
+                .sum::<u64>()
+            })
+            .sum();
+        layers + bytes(w.lm_head())
+    }
+
     pub fn kv_shape(&self) -> KvShape {
         KvShape {
             n_layers: self.config.num_hidden_layers,
@@ -83,4 +109,16 @@ impl Model {
             head_dim: self.config.head_dim,
         }
     }
+}
+
+/// Bytes a weight occupies as stored (Q8_0: codes and their f16 scales).
+fn weight_ref_bytes(w: spinkv_kernels::WeightRef<'_>) -> u64 {
+    use spinkv_kernels::WeightRef;
+    let bytes = match w {
+        WeightRef::F16(v) => std::mem::size_of_val(v),
+        WeightRef::Bf16(v) => std::mem::size_of_val(v),
+        WeightRef::F32(v) => std::mem::size_of_val(v),
+        WeightRef::Q8_0(q) => std::mem::size_of_val(q.codes) + std::mem::size_of_val(q.scales),
+    };
+    bytes as u64
 }

@@ -144,6 +144,7 @@ pub fn model_error(err: ModelError) -> PyErr {
         | ModelError::NoLogits
         | ModelError::InvalidSampling(_)
         | ModelError::Threads(_)
+        | ModelError::Probe(_)
         | ModelError::TooLarge(_) => Kind::InvalidInput,
         ModelError::MissingDir(_) | ModelError::NoWeights(_) | ModelError::MissingShard { .. } => {
             Kind::ModelNotFound

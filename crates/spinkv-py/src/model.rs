@@ -41,6 +41,7 @@ impl PyModel {
         d.set_item("dtype", self.inner.dtype().name())?;
         d.set_item("n_params", c.n_params())?;
         d.set_item("file_bytes", self.inner.file_bytes())?;
+        d.set_item("decode_weight_bytes", self.inner.decode_weight_bytes())?;
         d.set_item("kv_bytes_per_token_fp16", c.kv_bytes_per_token_fp16())?;
         d.set_item("bos_token_id", c.bos_token_id)?;
         d.set_item("eos_token_ids", c.eos_token_ids.clone())?;
