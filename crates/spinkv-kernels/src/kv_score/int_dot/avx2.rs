@@ -1,14 +1,30 @@
-//! AVX2 integer scan. Codes are cut out 16 at a time: the group's `2w` bytes are broadcast, a
-//! byte shuffle puts each code's two bytes into its own 16-bit lane, a multiply by a per-lane
-//! power of two lifts the code to the top of the lane and a shift brings it down (AVX2 has no
-//! per-lane 16-bit shift); a second byte shuffle looks the int8 levels up (`vpshufb` on the
-//! 16-entry table), sign-extended in place. Rows are decoded in blocks of 8 into a small
-//! buffer, then every query head's int16 × int16 → int32 products (`vpmaddwd`) are summed per
-//! row and the 8 rows' sums reduced together.
+//! AVX2 integer scan, two ways.
+//!
+//! The wide way (every preset's layout: both channel groups whole runs of 32 codes, rows of
+//! at least 16 bytes) cuts a run of 32 codes out of one 16-byte broadcast load — 4-bit codes
+//! by nibble (a per-half shift and a mask), narrower ones by a byte shuffle that gives each
+//! code's two bytes a 16-bit lane, one 64-bit variable shift per register (the lanes of a
+//! qword hold codes that sit at the same bit offset) and a mask, packed back to bytes — and
+//! looks all 32 up with one `vpshufb`. The levels come out biased to unsigned bytes
+//! (`level + 128`), so zero-extending unpacks make them int16 (no shift pair to sign-extend),
+//! and the bias comes back off as `128 · Σ q` per head; the sum is exact in wrapping int32,
+//! so the result is the reference's bits. The codes come out in an order of their own: the
+//! query is permuted to match once per call. Decoded rows stay in registers; each query
+//! head's `vpmaddwd` sums go to an 8-row block whose horizontal sums are reduced together.
+//!
+//! The bytewise way (any other supported layout) cuts codes 16 at a time: the group's `2w`
+//! bytes are broadcast, a byte shuffle puts each code's two bytes into its own 16-bit lane, a
+//! multiply by a per-lane power of two lifts the code to the top of the lane and a shift
+//! brings it down (AVX2 has no per-lane 16-bit shift); a second byte shuffle looks the int8
+//! levels up, sign-extended in place. Rows are decoded in blocks of 8 into a small buffer,
+//! then every query head's int16 × int16 → int32 products are summed per row.
 
 use super::{padded, IntQueries, IntRows, GROUP};
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
+
+mod wide;
+use wide::WidePlan;
 
 /// Rows per block.
 const BLOCK: usize = 8;
@@ -130,6 +146,25 @@ fn reduce8(acc: &[__m256i; BLOCK]) -> __m256i {
 /// CPU must support AVX2+FMA+F16C; shapes as checked by `super::score_codes_int`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn score_codes_int(
+    r: IntRows<'_>,
+    queries: IntQueries<'_>,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    match WidePlan::new(r.layout, r.levels) {
+        // SAFETY: same target features; shapes checked by the caller.
+        Some(plan) => unsafe { wide::score(&plan, r, queries, scores, stride) },
+        // SAFETY: as above.
+        None => unsafe { score_codes_int_bytewise(r, queries, scores, stride) },
+    }
+}
+
+/// The bytewise scan (see the module doc).
+///
+/// # Safety
+/// CPU must support AVX2+FMA+F16C; shapes as checked by `super::score_codes_int`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn score_codes_int_bytewise(
     r: IntRows<'_>,
     queries: IntQueries<'_>,
     scores: &mut [f32],

@@ -319,9 +319,37 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             });
         }
     }
-    for layout in layouts {
+    // The AVX2 wide scan's layouts (groups of whole 32-code runs): every width pair, a 3-run
+    // row, one group only, the largest head dim.
+    for hi in 1..=4u32 {
+        for lo in 1..=4u32 {
+            layouts.push(CodeLayout {
+                d: 64,
+                n_hi: 32,
+                hi,
+                lo,
+            });
+        }
+    }
+    layouts.extend([
+        CodeLayout {
+            d: 96,
+            n_hi: 64,
+            hi: 4,
+            lo: 3,
+        },
+        CodeLayout::uniform(64, 4),
+        CodeLayout::uniform(128, 3),
+        CodeLayout::for_half_bits(MAX_INT_DIM, 7),
+        CodeLayout::for_half_bits(MAX_INT_DIM, 5),
+    ]);
+    for (i, layout) in layouts.into_iter().enumerate() {
         for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 17)] {
-            let (packed, hi, lo) = super::random_block(&mut rng, &layout, rows);
+            let (packed, mut hi, mut lo) = super::random_block(&mut rng, &layout, rows);
+            // Every other layout with levels of both signs (the int8 range's both ends).
+            if i % 2 == 1 {
+                hi.iter_mut().chain(lo.iter_mut()).for_each(|v| *v -= 0.15);
+            }
             let levels = IntLevels::new(&layout, Levels { hi: &hi, lo: &lo }).expect("supported");
             let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
             let len = query_len(&layout);
