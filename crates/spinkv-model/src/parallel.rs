@@ -9,6 +9,7 @@
 //! only one thread, and the row tasks run in a plain loop (same tasks, same results).
 
 use rayon::prelude::*;
+use spinkv_kernels::q8dot::{matmul_quantized, Q8Activations};
 use spinkv_kernels::{matmul, matvec, WeightRef};
 use std::ops::Range;
 
@@ -131,6 +132,35 @@ fn rows_per_task(total_rows: usize, granule: usize) -> usize {
     rows.div_ceil(granule) * granule
 }
 
+/// The input shared by one fork-join (`[n_tokens, k]`), quantized once up front when a Q8_0
+/// weight reads it: quantizing it inside every row task repeated the same work ~8 times per
+/// matrix (7 % of a SmolLM2 Q8_0 decode, and the whole input per task in prefill).
+struct SharedInput<'a> {
+    x: &'a [f32],
+    k: usize,
+    q8: Option<Q8Activations>,
+}
+
+impl<'a> SharedInput<'a> {
+    fn new(x: &'a [f32], k: usize, jobs: &[LinearJob<'_>]) -> Self {
+        let any_q8 = jobs.iter().any(|j| matches!(j.weight, WeightRef::Q8_0(_)));
+        SharedInput {
+            x,
+            k,
+            q8: any_q8.then(|| Q8Activations::quantize(x)),
+        }
+    }
+
+    /// `out[t, r - rows.start] = W[r, :] · x[t, :]` (`out`: `[n_tokens, rows.len()]`).
+    fn apply(&self, w: WeightRef<'_>, rows: Range<usize>, out: &mut [f32]) {
+        match (w, &self.q8) {
+            (WeightRef::Q8_0(q), Some(xq)) => matmul_quantized(q, self.k, xq, rows, out),
+            _ if self.x.len() == self.k => matvec(w, self.k, self.x, rows, out),
+            _ => matmul(w, self.k, self.x, rows, out),
+        }
+    }
+}
+
 /// Decode: every job's matvec against the single input `x` (`[k]`), split into row tasks.
 pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
     let k = x.len();
@@ -138,6 +168,7 @@ pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
         jobs.iter().all(|j| j.cols == k),
         "matvec_jobs: input width differs from a weight's columns"
     );
+    let input = SharedInput::new(x, k, jobs);
     let total: usize = jobs.iter().map(|j| j.rows).sum();
     let chunk = rows_per_task(total, 4);
     let mut tasks: Vec<(WeightRef<'_>, Range<usize>, &mut [f32])> = Vec::new();
@@ -149,18 +180,18 @@ pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
     }
     if tasks.len() == 1 {
         let (w, rows, out) = tasks.pop().expect("one task");
-        matvec(w, k, x, rows, out);
+        input.apply(w, rows, out);
         return;
     }
     if cfg!(target_arch = "wasm32") {
         for (w, rows, out) in tasks {
-            matvec(w, k, x, rows, out);
+            input.apply(w, rows, out);
         }
         return;
     }
     tasks
         .into_par_iter()
-        .for_each(|(w, rows, out)| matvec(w, k, x, rows, out));
+        .for_each(|(w, rows, out)| input.apply(w, rows, out));
 }
 
 /// Prefill: every job's batched matmul against `x` (`[n_tokens, k]`). Tasks compute dense
@@ -185,10 +216,11 @@ pub(crate) fn matmul_jobs(x: &[f32], k: usize, jobs: &mut [LinearJob<'_>]) {
             start = end;
         }
     }
+    let input = SharedInput::new(x, k, jobs);
     let weights: Vec<WeightRef<'_>> = jobs.iter().map(|j| j.weight).collect();
     let tile_of = |(j, rows): &(usize, Range<usize>)| {
         let mut tile = vec![0.0; n_tokens * rows.len()];
-        matmul(weights[*j], k, x, rows.clone(), &mut tile);
+        input.apply(weights[*j], rows.clone(), &mut tile);
         tile
     };
     let tiles: Vec<Vec<f32>> = if cfg!(target_arch = "wasm32") {

@@ -2,7 +2,8 @@
 //! registers of i16 (`vpmovsxbw`), then `pmaddwd` with the activation codes of each half and
 //! one add give the eight canonical partial sums exactly; even blocks accumulate in one ymm,
 //! odd blocks in the other — the canonical 16 lanes as `(__m256, __m256)`. A weight block is
-//! widened once for [`TOKENS`] tokens (prefill); decode has one.
+//! widened once for [`TOKENS`] tokens (prefill); decode (one token) has its own row loop,
+//! `one_token`, with the block scales prepared per row and a software prefetch.
 //!
 //! AVX-512 runs the same 256-bit body: the integer steps are what this needs.
 
@@ -23,6 +24,10 @@ const TOKENS: usize = 4;
 #[inline(always)]
 unsafe fn dot_tile<V: Vector>(tile: Tile<'_>, y: &mut [f32]) {
     const _: () = assert!(PARTIALS == 8);
+    if tile.tokens.len() == 1 {
+        // SAFETY: as the caller guarantees.
+        return unsafe { one_token(&tile, y) };
+    }
     let (k, blocks) = (tile.k, tile.k / Q8_BLOCK);
     let mut w_scales = vec![0.0f32; blocks];
     for r in tile.rows.clone() {
@@ -44,6 +49,111 @@ unsafe fn dot_tile<V: Vector>(tile: Tile<'_>, y: &mut [f32]) {
             for t in t..tile.tokens.end {
                 tokens::<1>(&row, tile.x, t, out.add(t * tile.y_stride), tile.y_stride);
             }
+        }
+    }
+}
+
+/// Block scales a decode row prepares at a time (on the stack): rows of up to 16,384 weights
+/// in one piece, longer ones in pieces of this many blocks (even, so block parity and with it
+/// the even/odd accumulators carry across pieces).
+const SCALE_CHUNK: usize = 512;
+
+/// How far ahead of the block being read the decode loop asks for weight codes (bytes; rows
+/// are contiguous, so the hint runs on into the next row). Decode was waiting on these loads
+/// even with the hardware prefetchers: on the 2-core AMD EPYC (Zen 3, loaded), 1 thread, the
+/// CPU time of a SmolLM2 Q8_0 decode fell ~3 % with 512 bytes ahead, ~9 % with 1 KiB and
+/// ~15–20 % with 4–8 KiB (alike).
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Decode (one token): every row of the tile streamed once, start to end, with a software
+/// prefetch [`PREFETCH_AHEAD`] bytes ahead (one per 64-byte pair of blocks). Per row the block
+/// scales are widened and multiplied by the token's 8 at a time into the canonical `s_b`, so
+/// the block loop is two widening loads, two `pmaddwd`, one convert and one FMA with a
+/// broadcast load — no scalar multiply or register broadcast per block.
+///
+/// # Safety
+/// AVX2 (+FMA, F16C) available; `tile` (one token) checked against `y`.
+#[inline(always)]
+unsafe fn one_token(tile: &Tile<'_>, y: &mut [f32]) {
+    const _: () = assert!(SCALE_CHUNK.is_multiple_of(2));
+    let (k, blocks) = (tile.k, tile.k / Q8_BLOCK);
+    let (x_codes, x_scales) = tile.x.token(tile.tokens.start, k);
+    let mut scales = [0.0f32; SCALE_CHUNK];
+    let out = &mut y[tile.tokens.start * tile.y_stride..][..tile.rows.len()];
+    for (o, r) in out.iter_mut().zip(tile.rows.clone()) {
+        let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut first = 0;
+        while first < blocks {
+            let n = SCALE_CHUNK.min(blocks - first);
+            // SAFETY: blocks first..first + n of row r (scales and codes) lie inside w, of the
+            // token inside x (Tile::check); AVX2+FMA+F16C (caller).
+            unsafe {
+                let w_scales = tile.w.scales.as_ptr().add(r * blocks + first);
+                block_scales(w_scales, &x_scales[first..first + n], &mut scales[..n]);
+                let codes = tile.w.codes.as_ptr().add(r * k + first * Q8_BLOCK);
+                let x = x_codes.as_ptr().add(first * Q8_BLOCK);
+                let mut b = 0;
+                while b + 2 <= n {
+                    // A hint: never faults, even past the end of the weights.
+                    _mm_prefetch::<_MM_HINT_T0>(codes.wrapping_add(b * Q8_BLOCK + PREFETCH_AHEAD));
+                    even = one_block(codes, x, scales.as_ptr(), b, even);
+                    odd = one_block(codes, x, scales.as_ptr(), b + 1, odd);
+                    b += 2;
+                }
+                if b < n {
+                    even = one_block(codes, x, scales.as_ptr(), b, even);
+                }
+            }
+            first += n;
+        }
+        *o = <__m256 as Vector>::reduce((even, odd));
+    }
+}
+
+/// `acc + s_b · p_b` for block `b`: the eight canonical partial sums of weight codes `w` and
+/// activation codes `x`, scaled by `scales[b]`.
+///
+/// # Safety
+/// AVX2+FMA; block `b` inside `w`, `x` and `scales`.
+#[inline(always)]
+unsafe fn one_block(
+    w: *const i8,
+    x: *const i16,
+    scales: *const f32,
+    b: usize,
+    acc: __m256,
+) -> __m256 {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let (w, x) = (w.add(b * Q8_BLOCK), x.add(b * Q8_BLOCK));
+        let w_low = _mm256_cvtepi8_epi16(_mm_loadu_si128(w as *const __m128i));
+        let w_high = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(16) as *const __m128i));
+        let low = _mm256_madd_epi16(w_low, _mm256_loadu_si256(x as *const __m256i));
+        let high = _mm256_madd_epi16(w_high, _mm256_loadu_si256(x.add(16) as *const __m256i));
+        let partials = _mm256_cvtepi32_ps(_mm256_add_epi32(low, high));
+        _mm256_fmadd_ps(_mm256_broadcast_ss(&*scales.add(b)), partials, acc)
+    }
+}
+
+/// `out[b] = f32(w_scales[b]) · x_scales[b]` (the canonical block scale `s_b`; both steps
+/// exact widening then one rounding, as the scalar reference does), 8 at a time.
+///
+/// # Safety
+/// AVX2+F16C; `w_scales` readable for `out.len()` values, `x_scales` at least that long.
+#[inline(always)]
+unsafe fn block_scales(w_scales: *const half::f16, x_scales: &[f32], out: &mut [f32]) {
+    let mut b = 0;
+    // SAFETY: groups of 8 lie inside all three (b + 8 <= out.len() <= x_scales.len()); F16C
+    // (caller).
+    unsafe {
+        while b + 8 <= out.len() {
+            let wide = _mm256_cvtph_ps(_mm_loadu_si128(w_scales.add(b) as *const __m128i));
+            let x = _mm256_loadu_ps(x_scales.as_ptr().add(b));
+            _mm256_storeu_ps(out.as_mut_ptr().add(b), _mm256_mul_ps(wide, x));
+            b += 8;
+        }
+        for (b, o) in out.iter_mut().enumerate().skip(b) {
+            *o = (*w_scales.add(b)).to_f32() * x_scales[b];
         }
     }
 }
