@@ -121,19 +121,21 @@ def test_a_deep_truncation_re_feeds_and_matches(
     assert diff <= 1e-4
 
 
-def test_gemma3_turbo_keys_default_to_4_bits_unless_set(
+def test_gemma3_turbo_defaults_to_k4_v2_5_unless_set(
     gemma: tuple[api.LoadedModel, dict[str, np.ndarray]], tiny_model_dir: Path
 ) -> None:
-    """Gemma 3's turbo keys get 4 bits by default (its k-norm makes 3.5 too coarse); bits the
-    user sets win, other presets and other families keep theirs, and the identity says which."""
+    """Gemma 3's turbo keys get 4 bits by default (its k-norm makes 3.5 too coarse) and its
+    values 2.5; bits the user sets win, each on its own, other presets and other families keep
+    theirs, and the identity says which."""
     model, _ = gemma
 
     def bits(loaded: api.LoadedModel, spec: object) -> str:
         return str(loaded.session(spec).identity()["bit_allocation"])
 
-    assert bits(model, None).startswith("turbo k=4 v=3 ")
-    assert bits(model, "turbo").startswith("turbo k=4 v=3 ")
-    assert bits(model, {"preset": "turbo", "k_bits": 3.5}).startswith("turbo k=3.5 v=3 ")
+    assert bits(model, None).startswith("turbo k=4 v=2.5 ")
+    assert bits(model, "turbo").startswith("turbo k=4 v=2.5 ")
+    assert bits(model, {"preset": "turbo", "k_bits": 3.5}).startswith("turbo k=3.5 v=2.5 ")
+    assert bits(model, {"preset": "turbo", "v_bits": 3}).startswith("turbo k=4 v=3 ")
     assert bits(model, "kivi2") == "kivi k=2 v=2"
     llama = api.load(tiny_model_dir)
     assert bits(llama, None).startswith("turbo k=3.5 v=3 ")
