@@ -92,6 +92,47 @@ pub(crate) fn for_each_tile(
     }
 }
 
+/// Bytes of weight rows a row block may take: [`for_each_tile_rows_inner`] sweeps a block once
+/// per token tile, so it should stay in the core's L2 beside the activations.
+const ROW_BLOCK_BYTES: usize = 224 * 1024;
+
+/// Like [`for_each_tile`], but with the token tile outside the row tiles: rows go in blocks
+/// of at most [`ROW_BLOCK_BYTES`] (`weight_bytes` per element), and within a block every
+/// token tile sweeps all the block's rows, so its `t_tile` activation rows stay in L1 while
+/// the (narrower, f16/bf16) weights stream from L2. Same four tile shapes, each output once.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn for_each_tile_rows_inner(
+    rows: Range<usize>,
+    n_tokens: usize,
+    k: usize,
+    weight_bytes: usize,
+    r_tile: usize,
+    t_tile: usize,
+    mut tile: impl FnMut(usize, usize, usize, usize),
+) {
+    let fit = ROW_BLOCK_BYTES / (k * weight_bytes).max(1);
+    let block = (fit / r_tile).max(1) * r_tile;
+    let full_tokens = n_tokens / t_tile * t_tile;
+    for block_start in rows.clone().step_by(block) {
+        let block_end = (block_start + block).min(rows.end);
+        let full_rows = block_start + (block_end - block_start) / r_tile * r_tile;
+        let mut sweep = |t: usize, nt: usize| {
+            for r in (block_start..full_rows).step_by(r_tile) {
+                tile(r, r_tile, t, nt);
+            }
+            for r in full_rows..block_end {
+                tile(r, 1, t, nt);
+            }
+        };
+        for t in (0..full_tokens).step_by(t_tile) {
+            sweep(t, t_tile);
+        }
+        for t in full_tokens..n_tokens {
+            sweep(t, 1);
+        }
+    }
+}
+
 /// One register tile's operands, as the per-ISA tile functions take them.
 #[cfg(any(
     target_arch = "aarch64",
@@ -154,6 +195,12 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             }
         }
     }
+    // 160 f16 rows of 1536 (480 KiB) span several of the L2 row blocks the AVX2 kernel sweeps
+    // per token tile; 7 tokens leave a token tail after its 3-token tiles.
+    let k = 1536;
+    let raw = random_vec(k as u64 + 3, 160 * k);
+    let w16: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
+    check_against_scalar(isa, WeightRef::F16(&w16), k, &random_vec(13, 7 * k), 160)?;
     for &k in &Q8_SIZES {
         // 70 rows span more than one dequantized block when k = 576 or 1536.
         for &(n_rows, n_tokens) in &[(1, 1), (9, 5), (70, 3)] {
@@ -216,6 +263,32 @@ mod tests {
                 }
             });
             assert!(seen[rows.start * n_tokens..].iter().all(|&c| c == 1));
+        }
+    }
+
+    #[test]
+    fn row_blocked_tiles_cover_every_output_once() {
+        // k = 50_000 f16 (100 KB rows) makes row blocks of one 2-row tile, so 11 rows end in
+        // a 1-row block; 7 tokens in tiles of 3 leave a token tail.
+        for (rows, n_tokens, k) in [
+            (0..10, 7, 8),
+            (3..4, 1, 8),
+            (5..17, 12, 8),
+            (0..0, 3, 8),
+            (0..11, 7, 50_000),
+            (2..9, 6, 50_000),
+        ] {
+            let mut seen = vec![0; rows.end * n_tokens];
+            for_each_tile_rows_inner(rows.clone(), n_tokens, k, 2, 2, 3, |r, nr, t, nt| {
+                assert!((nr, nt) == (2, 3) || nr == 1 || nt == 1);
+                for i in r..r + nr {
+                    for j in t..t + nt {
+                        seen[i * n_tokens + j] += 1;
+                    }
+                }
+            });
+            assert!(seen[rows.start * n_tokens..].iter().all(|&c| c == 1));
+            assert!(seen[..rows.start * n_tokens].iter().all(|&c| c == 0));
         }
     }
 

@@ -1,10 +1,19 @@
 //! AVX2 / AVX-512 batched matmul: register tiles of weight rows × tokens, each output the
-//! canonical 16-lane dot product (see `crate::canon`) held as one `Vector::Sum` (two ymm or
-//! one zmm), zero-filled tail. Tile sizes per width ([`Tiles`]): AVX2 2 rows × 2 tokens
-//! (8 accumulators + 4 widened weight vectors + the activations fit the 16 ymm registers);
-//! AVX-512 4 × 6 (24 accumulators + 4 weight vectors + 1 activation vector of the 32 zmm).
-//! On AVX-512, f16/bf16 row blocks are widened to f32 once per token block into an L1-sized
-//! buffer, so the inner loop is loads and FMAs only (widening is exact: outputs do not change).
+//! canonical 16-lane dot product (see `crate::canon`), zero-filled tail.
+//!
+//! AVX2: the canonical lanes 0–7 and 8–15 of a dot product never meet before the final
+//! reduction, so a tile runs the whole `k` loop twice, once per 8-lane half, and an output
+//! needs one ymm accumulator at a time instead of two. That buys a 4 rows × 3 tokens tile:
+//! 12 accumulators + 3 activation vectors + 1 widened weight vector = the 16 ymm registers,
+//! 12 FMAs per 7 loads, each weight widened once per 3 tokens and each activation vector
+//! reused by 4 rows (a 2 × 2 tile of two-register sums did 8 FMAs per 8 loads + 4 widenings).
+//! The second pass reads the tile's rows and tokens from L1. Outputs are bit-identical to the
+//! scalar reference: every lane sees the same FMAs in the same order.
+//!
+//! AVX-512: one zmm holds all 16 lanes; a 4 × 6 tile (24 accumulators + 4 weight vectors + 1
+//! activation vector of the 32 zmm). f16/bf16 row blocks are widened to f32 once per token
+//! block into an L1-sized buffer, so the inner loop is loads and FMAs only (widening is
+//! exact: outputs do not change).
 
 use super::TileArgs;
 use crate::simd::x86::{blocks, on_width, Vector};
@@ -28,6 +37,9 @@ trait Tiles: Vector {
     const TOKENS: usize;
     /// Whether f16/bf16 row blocks are widened once per token block.
     const WIDEN_ROWS: bool;
+    /// Whether token tiles sweep L2-sized row blocks ([`super::for_each_tile_rows_inner`])
+    /// rather than row tiles sweeping L2-sized token blocks ([`super::for_each_tile`]).
+    const ROWS_INNER: bool;
     /// The tile of `nr` rows × `nt` tokens (each `ROWS`/`TOKENS` or 1).
     ///
     /// # Safety
@@ -35,22 +47,24 @@ trait Tiles: Vector {
     unsafe fn tile<L: Lanes>(nr: usize, nt: usize, a: TileArgs<L>);
 }
 
-/// Implements [`Tiles`] for a register type: its tile, whether it widens row blocks.
+/// Implements [`Tiles`] for a register type: its tile, whether it widens row blocks, and the
+/// tile body (`tile` for one register per canonical sum, `tile_halves` for two).
 macro_rules! tiles {
-    ($($reg:ty: $rows:literal x $tokens:literal, $widen:literal;)*) => {$(
+    ($($reg:ty: $rows:literal x $tokens:literal, $widen:literal, $rows_inner:literal, $tile:ident;)*) => {$(
         impl Tiles for $reg {
             const ROWS: usize = $rows;
             const TOKENS: usize = $tokens;
             const WIDEN_ROWS: bool = $widen;
+            const ROWS_INNER: bool = $rows_inner;
             #[inline(always)]
             unsafe fn tile<L: Lanes>(nr: usize, nt: usize, a: TileArgs<L>) {
                 // SAFETY: forwarded from the caller.
                 unsafe {
                     match (nr, nt) {
-                        ($rows, $tokens) => tile::<Self, L, $rows, $tokens>(a),
-                        ($rows, _) => tile::<Self, L, $rows, 1>(a),
-                        (_, $tokens) => tile::<Self, L, 1, $tokens>(a),
-                        _ => tile::<Self, L, 1, 1>(a),
+                        ($rows, $tokens) => $tile::<Self, L, $rows, $tokens>(a),
+                        ($rows, _) => $tile::<Self, L, $rows, 1>(a),
+                        (_, $tokens) => $tile::<Self, L, 1, $tokens>(a),
+                        _ => $tile::<Self, L, 1, 1>(a),
                     }
                 }
             }
@@ -59,21 +73,25 @@ macro_rules! tiles {
 }
 
 tiles! {
-    __m256: 2 x 2, false;
-    __m512: 4 x 6, true;
+    __m256: 3 x 3, false, true, tile_halves;
+    __m512: 4 x 6, true, false, tile;
 }
 
 /// # Safety
 /// `V`'s features; shapes as checked by `super::check_shapes`.
 #[inline(always)]
-unsafe fn matmul<V: Tiles>(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
+unsafe fn matmul<V: Tiles>(
+    w: WeightRef<'_>,
+    k: usize,
+    x: &[f32],
+    rows: Range<usize>,
+    y: &mut [f32],
+) {
     // SAFETY: `V`'s features (caller).
     unsafe {
-        crate::weight::with_slice!(
-            w,
-            |w| matmul_lanes::<V, _>(w, k, x, rows, y),
-            |q| crate::q8dot::matmul_on(V::ISA, q, k, x, rows, y)
-        )
+        crate::weight::with_slice!(w, |w| matmul_lanes::<V, _>(w, k, x, rows, y), |q| {
+            crate::q8dot::matmul_on(V::ISA, q, k, x, rows, y)
+        })
     }
 }
 
@@ -98,7 +116,7 @@ unsafe fn matmul_lanes<V: Tiles, L: Lanes>(
         Vec::new()
     };
     let mut wide_rows = usize::MAX;
-    super::for_each_tile(rows, n_tokens, k, V::ROWS, V::TOKENS, |r, nr, t, nt| {
+    let tile = |r: usize, nr: usize, t: usize, nt: usize| {
         // SAFETY: the tile's rows and tokens lie inside w, x and y (checked shapes), `wide`
         // holds ROWS rows of k, and the CPU has `V`'s features.
         unsafe {
@@ -112,9 +130,18 @@ unsafe fn matmul_lanes<V: Tiles, L: Lanes>(
                 }
                 return on_width!(V, matmul::tiles(nr, nt, wide.as_ptr(), x, y, k, n_out));
             }
-            on_width!(V, matmul::tiles(nr, nt, w.as_ptr().add(r * k), x, y, k, n_out))
+            on_width!(
+                V,
+                matmul::tiles(nr, nt, w.as_ptr().add(r * k), x, y, k, n_out)
+            )
         }
-    });
+    };
+    if V::ROWS_INNER {
+        let weight_bytes = core::mem::size_of::<L>();
+        super::for_each_tile_rows_inner(rows, n_tokens, k, weight_bytes, V::ROWS, V::TOKENS, tile);
+    } else {
+        super::for_each_tile(rows, n_tokens, k, V::ROWS, V::TOKENS, tile);
+    }
 }
 
 /// The tile of `nr` × `nt` at `w`, `x`, `y` (as in [`TileArgs`]).
@@ -133,7 +160,19 @@ unsafe fn tiles<V: Tiles, L: Lanes>(
     y_stride: usize,
 ) {
     // SAFETY: forwarded from the caller.
-    unsafe { V::tile::<L>(nr, nt, TileArgs { w, x, y, k, y_stride }) }
+    unsafe {
+        V::tile::<L>(
+            nr,
+            nt,
+            TileArgs {
+                w,
+                x,
+                y,
+                k,
+                y_stride,
+            },
+        )
+    }
 }
 
 /// `dst[..n]` = `src[..n]` widened to f32.
@@ -192,14 +231,120 @@ unsafe fn block<V: Vector, L: Lanes, const R: usize, const T: usize>(
         let mut wv = [V::sum_zero(); R];
         for i in 0..R {
             let p = a.w.add(i * a.k + kk);
-            wv[i] = if n == 16 { V::sum_widen(p) } else { V::sum_widen_part(p, n) };
+            wv[i] = if n == 16 {
+                V::sum_widen(p)
+            } else {
+                V::sum_widen_part(p, n)
+            };
         }
         for t in 0..T {
             let p = a.x.add(t * a.k + kk);
-            let xv = if n == 16 { V::sum_widen(p) } else { V::sum_widen_part(p, n) };
+            let xv = if n == 16 {
+                V::sum_widen(p)
+            } else {
+                V::sum_widen_part(p, n)
+            };
             for i in 0..R {
                 acc[i][t] = V::sum_fma(wv[i], xv, acc[i][t]);
             }
         }
+    }
+}
+
+/// The AVX2 tile (see the module docs): the `k` loop once per 8-lane half of the canonical
+/// 16 lanes, one register per output. The canonical reduction splits at the halves,
+/// `(q0 + q1) + (q2 + q3)`, so the low half is reduced to `q0 + q1` and stored before the
+/// high pass starts (nothing stays live across the passes), and the high pass adds
+/// `q2 + q3` to it: bit for bit the canonical sum.
+///
+/// # Safety
+/// As [`tile`]; `V` is `__m256`.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn tile_halves<V: Vector, L: Lanes, const R: usize, const T: usize>(a: TileArgs<L>) {
+    debug_assert_eq!(V::N, 8);
+    // SAFETY: forwarded from the caller; output (t, i) is inside the tile it vouched for.
+    unsafe {
+        let low = half_sums::<V, L, R, T>(&a, 0);
+        for i in 0..R {
+            for t in 0..T {
+                *a.y.add(t * a.y_stride + i) = reduce_half(low[i][t]);
+            }
+        }
+        let high = half_sums::<V, L, R, T>(&a, 8);
+        for i in 0..R {
+            for t in 0..T {
+                *a.y.add(t * a.y_stride + i) += reduce_half(high[i][t]);
+            }
+        }
+    }
+}
+
+/// Half of the canonical 16-lane reduction over 8 lanes `x`:
+/// `((x0 + x2) + (x1 + x3)) + ((x4 + x6) + (x5 + x7))`.
+///
+/// # Safety
+/// AVX; `V` is `__m256`.
+#[inline(always)]
+unsafe fn reduce_half<V: Vector>(x: V) -> f32 {
+    use std::arch::x86_64::*;
+    debug_assert_eq!(core::mem::size_of::<V>(), 32);
+    // SAFETY: V is __m256 (same size, checked above), the caller runs with AVX.
+    unsafe {
+        let x: __m256 = core::mem::transmute_copy(&x);
+        // Lanes j and j ^ 2 of each 128-bit half: x0 + x2, x1 + x3 (x4 + x6, x5 + x7).
+        let pairs = _mm256_add_ps(x, _mm256_permute_ps::<0b01_00_11_10>(x));
+        // Then lanes j and j ^ 1: (x0 + x2) + (x1 + x3) in lane 0, likewise lane 4.
+        let quads = _mm256_add_ps(pairs, _mm256_permute_ps::<0b10_11_00_01>(pairs));
+        _mm_cvtss_f32(_mm256_castps256_ps128(quads))
+            + _mm_cvtss_f32(_mm256_extractf128_ps::<1>(quads))
+    }
+}
+
+/// One 8-lane half of every canonical sum of the tile: lanes `half..half + 8` of each
+/// 16-element block, zero-filled tail.
+///
+/// # Safety
+/// As [`tile`]; `half` is 0 or 8.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn half_sums<V: Vector, L: Lanes, const R: usize, const T: usize>(
+    a: &TileArgs<L>,
+    half: usize,
+) -> [[V; T]; R] {
+    let k = a.k;
+    let k16 = k / 16 * 16;
+    // SAFETY: whole blocks read kk + 8 <= k16 <= k; the partial one reads only below k, in
+    // every row / token.
+    unsafe {
+        let mut acc = [[V::zero(); T]; R];
+        let (mut w, mut x) = (a.w.add(half), a.x.add(half));
+        let blocks = k16 / 16;
+        for _ in 0..blocks {
+            let mut wv = [V::zero(); R];
+            for i in 0..R {
+                wv[i] = V::widen(w.add(i * k));
+            }
+            for t in 0..T {
+                let xv = V::load(x.add(t * k));
+                for i in 0..R {
+                    acc[i][t] = V::fma(wv[i], xv, acc[i][t]);
+                }
+            }
+            w = w.add(16);
+            x = x.add(16);
+        }
+        // This half's share of the partial block: elements k16 + half + 0..n.
+        let n = (k - k16).saturating_sub(half).min(8);
+        if n > 0 {
+            for i in 0..R {
+                let wv = V::widen_part(w.add(i * k), n);
+                for t in 0..T {
+                    let xv = V::widen_part(x.add(t * k), n);
+                    acc[i][t] = V::fma(wv, xv, acc[i][t]);
+                }
+            }
+        }
+        acc
     }
 }
