@@ -322,7 +322,8 @@ unsafe fn permute_run(nibbles: bool, src: &[i16; RUN], out: *mut i16) {
     }
 }
 
-/// Adds a run's products with every head's query (`q`: the run's `H` heads, `RUN` apart).
+/// Adds a run's products with every head's query (`q`: the run's `H` heads, `RUN` apart) to
+/// `acc`, or starts `acc` with them when `first`.
 ///
 /// # Safety
 /// `q` has `H · RUN` int16s.
@@ -331,6 +332,7 @@ unsafe fn products<const H: usize>(
     acc: &mut [__m256i; H],
     (a, b): (__m256i, __m256i),
     q: *const i16,
+    first: bool,
 ) {
     for (h, acc) in acc.iter_mut().enumerate() {
         // SAFETY: as the caller vouches.
@@ -339,18 +341,22 @@ unsafe fn products<const H: usize>(
             let qa = _mm256_loadu_si256(at);
             let qb = _mm256_loadu_si256(at.add(1));
             let ab = _mm256_add_epi32(_mm256_madd_epi16(a, qa), _mm256_madd_epi16(b, qb));
-            *acc = _mm256_add_epi32(*acc, ab);
+            *acc = if first {
+                ab
+            } else {
+                _mm256_add_epi32(*acc, ab)
+            };
         }
     }
 }
 
-/// One group's runs of the row at `row`, added to `acc`; `q` is the group's first run's
-/// queries (runs `H · RUN` apart).
+/// One group's runs of the row at `row`, added to `acc` (its first run starts `acc` when
+/// `FIRST`); `q` is the group's first run's queries (runs `H · RUN` apart).
 ///
 /// # Safety
 /// `row` is a whole row of the plan's layout; `q` has the group's runs.
 #[inline(always)]
-unsafe fn group<const H: usize, const NIBBLES: bool>(
+unsafe fn group<const H: usize, const NIBBLES: bool, const FIRST: bool>(
     acc: &mut [__m256i; H],
     cut: &GroupCut,
     runs: &[Run],
@@ -365,7 +371,7 @@ unsafe fn group<const H: usize, const NIBBLES: bool>(
             } else {
                 shifted(cut, run, row)
             };
-            products(acc, levels, q.add(k * H * RUN));
+            products(acc, levels, q.add(k * H * RUN), FIRST && k == 0);
         }
     }
 }
@@ -402,6 +408,7 @@ unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool>(
     }
     let q_all = q_all as *const i16;
     let [hi, lo] = &plan.groups;
+    let (hi_runs, lo_runs) = (&plan.runs[hi.first..hi.end], &plan.runs[lo.first..lo.end]);
     let bytes = layout.bytes();
     let rows = r.scales.len();
     let mut sums = [[_mm256_setzero_si256(); BLOCK]; H];
@@ -414,14 +421,18 @@ unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool>(
                 page += 1;
                 (row, left) = (r.pages[page].as_ptr(), r.page_rows);
             }
+            // Zeros only for a layout without a first group (the first run starts the sums).
             let mut acc = [_mm256_setzero_si256(); H];
             // SAFETY: `row` is a whole row inside its page (shapes checked by the caller); the
             // runs' loads lie inside the row; the query holds H heads of n_runs runs.
             unsafe {
-                let (hi_runs, lo_runs) =
-                    (&plan.runs[hi.first..hi.end], &plan.runs[lo.first..lo.end]);
-                group::<H, HI_NIBBLES>(&mut acc, hi, hi_runs, row, q_all);
-                group::<H, LO_NIBBLES>(&mut acc, lo, lo_runs, row, q_all.add(lo.first * H * RUN));
+                let lo_q = q_all.add(lo.first * H * RUN);
+                if hi.first < hi.end {
+                    group::<H, HI_NIBBLES, true>(&mut acc, hi, hi_runs, row, q_all);
+                    group::<H, LO_NIBBLES, false>(&mut acc, lo, lo_runs, row, lo_q);
+                } else {
+                    group::<H, LO_NIBBLES, true>(&mut acc, lo, lo_runs, row, lo_q);
+                }
             }
             row = row.wrapping_add(bytes);
             left -= 1;
