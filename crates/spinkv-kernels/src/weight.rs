@@ -94,6 +94,16 @@ impl<'a> WeightRef<'a> {
         self.len() == 0
     }
 
+    /// Bytes the matrix occupies as stored (Q8_0: codes and their f16 scales).
+    pub fn byte_len(&self) -> usize {
+        match self {
+            WeightRef::F16(w) => std::mem::size_of_val(*w),
+            WeightRef::Bf16(w) => std::mem::size_of_val(*w),
+            WeightRef::F32(w) => std::mem::size_of_val(*w),
+            WeightRef::Q8_0(q) => std::mem::size_of_val(q.codes) + std::mem::size_of_val(q.scales),
+        }
+    }
+
     pub fn dtype(&self) -> WeightDtype {
         match self {
             WeightRef::F16(_) => WeightDtype::F16,

@@ -79,7 +79,7 @@ impl Model {
     /// embedding's single row, the norms and biases are left out as negligible).
     pub fn decode_weight_bytes(&self) -> u64 {
         let w = &self.weights;
-        let bytes = |m: &crate::weights::Matrix| weight_ref_bytes(w.view(m));
+        let bytes = |m: &crate::weights::Matrix| w.view(m).byte_len() as u64;
         let layers: u64 = w
             .layers
             .iter()
@@ -109,16 +109,4 @@ impl Model {
             head_dim: self.config.head_dim,
         }
     }
-}
-
-/// Bytes a weight occupies as stored (Q8_0: codes and their f16 scales).
-fn weight_ref_bytes(w: spinkv_kernels::WeightRef<'_>) -> u64 {
-    use spinkv_kernels::WeightRef;
-    let bytes = match w {
-        WeightRef::F16(v) => std::mem::size_of_val(v),
-        WeightRef::Bf16(v) => std::mem::size_of_val(v),
-        WeightRef::F32(v) => std::mem::size_of_val(v),
-        WeightRef::Q8_0(q) => std::mem::size_of_val(q.codes) + std::mem::size_of_val(q.scales),
-    };
-    bytes as u64
 }
