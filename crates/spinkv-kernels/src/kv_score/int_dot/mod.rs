@@ -308,27 +308,14 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         .into_iter()
         .filter(supports)
         .collect();
-    // Every width pair the integer scan takes, at a dim with ragged groups.
-    for hi in 1..=4u32 {
-        for lo in 1..=4u32 {
-            layouts.push(CodeLayout {
-                d: 40,
-                n_hi: 24,
-                hi,
-                lo,
-            });
-        }
-    }
-    // The AVX2 wide scan's layouts (groups of whole 32-code runs): every width pair, a 3-run
-    // row, one group only, the largest head dim.
-    for hi in 1..=4u32 {
-        for lo in 1..=4u32 {
-            layouts.push(CodeLayout {
-                d: 64,
-                n_hi: 32,
-                hi,
-                lo,
-            });
+    // Every width pair the integer scan takes, at a dim with ragged groups (40 / 24) and at
+    // the AVX2 wide scan's shape (groups of whole 32-code runs); then a 3-run row, one group
+    // only, the largest head dim.
+    for (d, n_hi) in [(40, 24), (64, 32)] {
+        for hi in 1..=4u32 {
+            for lo in 1..=4u32 {
+                layouts.push(CodeLayout { d, n_hi, hi, lo });
+            }
         }
     }
     layouts.extend([
