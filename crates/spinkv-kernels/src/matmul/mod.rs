@@ -242,6 +242,27 @@ fn check_against_scalar(
 mod tests {
     use super::*;
 
+    /// How often each output of `rows` × `n_tokens` is visited by the tiles `walk` hands out
+    /// (`[rows.end][n_tokens]`, rows before `rows.start` included so a stray visit shows);
+    /// every tile must be `tile` or have one row or one token.
+    fn visits(
+        rows: Range<usize>,
+        n_tokens: usize,
+        tile: (usize, usize),
+        walk: impl FnOnce(&mut dyn FnMut(usize, usize, usize, usize)),
+    ) -> Vec<u32> {
+        let mut seen = vec![0; rows.end * n_tokens];
+        walk(&mut |r, nr, t, nt| {
+            assert!((nr, nt) == tile || nr == 1 || nt == 1);
+            for i in r..r + nr {
+                for j in t..t + nt {
+                    seen[i * n_tokens + j] += 1;
+                }
+            }
+        });
+        seen
+    }
+
     #[test]
     fn tiles_cover_every_output_once() {
         // k = 8_000 makes token blocks of 6 tokens (two tiles of 3): blocks and tails mix.
@@ -253,14 +274,8 @@ mod tests {
             (0..10, 17, 8_000),
             (2..9, 6, 8_000),
         ] {
-            let mut seen = vec![0; rows.end * n_tokens];
-            for_each_tile(rows.clone(), n_tokens, k, 4, 3, |r, nr, t, nt| {
-                assert!((nr, nt) == (4, 3) || nr == 1 || nt == 1);
-                for i in r..r + nr {
-                    for j in t..t + nt {
-                        seen[i * n_tokens + j] += 1;
-                    }
-                }
+            let seen = visits(rows.clone(), n_tokens, (4, 3), |tile| {
+                for_each_tile(rows.clone(), n_tokens, k, 4, 3, tile)
             });
             assert!(seen[rows.start * n_tokens..].iter().all(|&c| c == 1));
         }
@@ -278,14 +293,8 @@ mod tests {
             (0..11, 7, 50_000),
             (2..9, 6, 50_000),
         ] {
-            let mut seen = vec![0; rows.end * n_tokens];
-            for_each_tile_rows_inner(rows.clone(), n_tokens, k, 2, 2, 3, |r, nr, t, nt| {
-                assert!((nr, nt) == (2, 3) || nr == 1 || nt == 1);
-                for i in r..r + nr {
-                    for j in t..t + nt {
-                        seen[i * n_tokens + j] += 1;
-                    }
-                }
+            let seen = visits(rows.clone(), n_tokens, (2, 3), |tile| {
+                for_each_tile_rows_inner(rows.clone(), n_tokens, k, 2, 2, 3, tile)
             });
             assert!(seen[rows.start * n_tokens..].iter().all(|&c| c == 1));
             assert!(seen[..rows.start * n_tokens].iter().all(|&c| c == 0));
