@@ -37,9 +37,17 @@ pub(crate) unsafe fn matmul_on(
 /// Bytes of activations a token block may take: a block is swept by every weight row of the
 /// range, so it should stay in the core's L2 (1–2 MiB on current x86/ARM cores) next to the
 /// weight rows streaming through.
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "wasm32")),
+    allow(dead_code)
+)]
 const TOKEN_BLOCK_BYTES: usize = 192 * 1024;
 
 /// Tokens per block for rows of `k` f32 activations: a multiple of `t_tile`, at least one tile.
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "wasm32")),
+    allow(dead_code)
+)]
 fn token_block(k: usize, t_tile: usize) -> usize {
     let fit = TOKEN_BLOCK_BYTES / (k * core::mem::size_of::<f32>()).max(1);
     (fit / t_tile).max(1) * t_tile
@@ -53,11 +61,7 @@ fn token_block(k: usize, t_tile: usize) -> usize {
 /// `(1, 1)` only, so each ISA instantiates just four register tiles. The visiting order does
 /// not change any output: each is one independent dot product.
 #[cfg_attr(
-    not(any(
-        target_arch = "aarch64",
-        target_arch = "wasm32",
-        target_arch = "x86_64"
-    )),
+    not(any(target_arch = "aarch64", target_arch = "wasm32")),
     allow(dead_code)
 )]
 pub(crate) fn for_each_tile(
