@@ -92,6 +92,32 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
     );
     drop(codes);
 
+    // Q8_0 on an MLP-sized matrix that stays in L2 (compute, not DRAM), the activations
+    // quantized beforehand as the model does: one token (decode), then 64 (a prefill tile).
+    let (rows, k) = (1536usize, 576usize);
+    let codes: Vec<i8> = (0..rows * k).map(|i| (pseudo(i) * 127.0) as i8).collect();
+    let scales: Vec<f16> = (0..rows * k / crate::Q8_BLOCK)
+        .map(|i| f16::from_f32(0.01 + pseudo(i).abs() / 64.0))
+        .collect();
+    let q8 = crate::Q8Weights::new(&codes, &scales).expect("one scale per block");
+    for n_tokens in [1usize, 64] {
+        let x: Vec<f32> = (0..n_tokens * k).map(|i| pseudo(i + 3)).collect();
+        let xq = crate::q8dot::Q8Activations::quantize(&x);
+        let mut y = vec![0.0f32; n_tokens * rows];
+        let s = time(now, min_ms, || {
+            crate::q8dot::matmul_quantized(q8, k, &xq, 0..rows, &mut y)
+        });
+        say(
+            &format!("q8_0 1536x576 x{n_tokens} tok (L2)"),
+            format!(
+                "{:7.3} ms  {:6.1} GMAC/s",
+                s * 1e3,
+                (rows * k * n_tokens) as f64 / s / 1e9
+            ),
+        );
+    }
+    drop(codes);
+
     // A long context for one KV head: 8192 tokens in 32-token pages.
     let tokens = 8192usize;
     let queries: Vec<f32> = (0..N_QH * D).map(|i| pseudo(i + 7)).collect();

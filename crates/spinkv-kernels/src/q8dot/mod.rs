@@ -23,6 +23,8 @@
 //! SIMD128 has no fused multiply-add: it multiplies then adds (checked within tolerance).
 
 crate::isa::isa_modules!(scalar, x86, quad);
+#[cfg(target_arch = "x86_64")]
+mod zmm;
 
 use crate::isa::{dispatch, Isa};
 use crate::weight::{Q8Weights, Q8_BLOCK};
@@ -269,12 +271,48 @@ fn check(w: Q8Weights<'_>, k: usize, rows: &Range<usize>) {
 
 #[cfg(any(test, feature = "parity"))]
 pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
+    // AVX-512 has two integer variants (VNNI and not): each must match on its own.
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        if !std::arch::is_x86_feature_detected!("avx512vnni") {
+            eprintln!("skipped: avx512 q8dot Vnni: this CPU lacks avx512vnni (Madd checked)");
+        }
+        for variant in zmm::runnable_variants() {
+            FORCED_ZMM_VARIANT.with(|v| v.set(Some(variant)));
+            let result = parity_of(isa).map_err(|e| format!("{variant:?}: {e}"));
+            FORCED_ZMM_VARIANT.with(|v| v.set(None));
+            result?;
+        }
+        return Ok(());
+    }
+    parity_of(isa)
+}
+
+#[cfg(all(target_arch = "x86_64", any(test, feature = "parity")))]
+thread_local! {
+    /// The AVX-512 variant the parity check forces on its own thread (None: detected).
+    static FORCED_ZMM_VARIANT: std::cell::Cell<Option<zmm::Variant>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The variant the AVX-512 tile kernel runs: the detected one, or the parity check's.
+#[cfg(target_arch = "x86_64")]
+fn zmm_variant() -> zmm::Variant {
+    #[cfg(any(test, feature = "parity"))]
+    if let Some(variant) = FORCED_ZMM_VARIANT.with(|v| v.get()) {
+        return variant;
+    }
+    zmm::Variant::detected()
+}
+
+#[cfg(any(test, feature = "parity"))]
+fn parity_of(isa: Isa) -> crate::test_util::Check {
     use crate::test_util::*;
     for &k in &Q8_SIZES {
         for &n_rows in &[1usize, 5, 17, 70] {
             let (codes, scales) = random_q8(k as u64 * 7 + n_rows as u64, n_rows * k);
             let w = Q8Weights::new(&codes, &scales).unwrap();
-            for n_tokens in [1usize, 5] {
+            for n_tokens in [1usize, 5, 11] {
                 let x = random_vec(k as u64 + 11 * n_tokens as u64, n_tokens * k);
                 for rows in [0..n_rows, n_rows / 2..n_rows] {
                     let n = rows.len() * n_tokens;

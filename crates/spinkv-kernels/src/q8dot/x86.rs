@@ -5,11 +5,12 @@
 //! widened once for [`TOKENS`] tokens (prefill); decode (one token) has its own row loop,
 //! `one_token`, with the block scales prepared per row and a software prefetch.
 //!
-//! AVX-512 runs the same 256-bit body: the integer steps are what this needs.
+//! AVX-512 has its own kernels, two blocks per zmm (`super::zmm`).
 
 use super::{Tile, PARTIALS};
 use crate::simd::x86::Vector;
 use crate::weight::Q8_BLOCK;
+use crate::Isa;
 use std::arch::x86_64::*;
 
 crate::isa::x86_kernels! {
@@ -24,6 +25,11 @@ const TOKENS: usize = 4;
 #[inline(always)]
 unsafe fn dot_tile<V: Vector>(tile: Tile<'_>, y: &mut [f32]) {
     const _: () = assert!(PARTIALS == 8);
+    if V::ISA == Isa::Avx512 {
+        // SAFETY: this body runs with AVX-512 F/BW/VL (its entry point); as the caller
+        // guarantees otherwise.
+        return unsafe { super::zmm::dot_tile(tile, y) };
+    }
     if tile.tokens.len() == 1 {
         // SAFETY: as the caller guarantees.
         return unsafe { one_token(&tile, y) };
