@@ -38,7 +38,7 @@ const PAD_BYTES: usize = MAX_DIM * MAX_WIDTH as usize / 8 + 2 * MAX_OVERREAD + 2
 /// buffer (the generic path): each tile of `TILE_Q` heads decodes the rows again. Measured
 /// (d 64, 3-bit, one thread, AVX2 EPYC): 3 heads 1.5x, 6 heads 1.15x, 9 heads 1.04x faster,
 /// 48 heads (prefill) 1.3x slower.
-const MAX_HEADS: usize = 3 * TILE_Q;
+pub(super) const MAX_HEADS: usize = 3 * TILE_Q;
 
 /// Whether [`accumulate`] takes this layout and this many query heads.
 pub(crate) fn applies(layout: &CodeLayout, n_qh: usize) -> bool {

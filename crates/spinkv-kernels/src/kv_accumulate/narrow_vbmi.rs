@@ -12,9 +12,10 @@
 //! scale) · level` as one FMA per element, rows in order, so results are bit-identical to
 //! `scalar::accumulate_codes`.
 
-use super::narrow::{row_source, Pads, RowSource, Staged, CHUNK, MAX_DIM, TILE_Q};
+use super::narrow::{row_source, Pads, RowSource, CHUNK, MAX_DIM, MAX_HEADS, TILE_Q};
 use crate::codes::CodedRows;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 /// Channels per group (one zmm register of f32).
 const LANES: usize = 16;
@@ -68,47 +69,55 @@ impl Lookup {
     }
 }
 
-/// Fills `staged` for the chunk `c0..c0 + nc` and query heads `q0..q0 + nq`: the weights times
-/// the rows' scales (the reference's `w · scale`), where each row is read from, and which rows
-/// some head weights. Writes in place, leaving lanes past `nc` and heads past `nq` as they
-/// were (the tile reads neither): the per-chunk staging was a third of the kernel's time when
-/// it built a zeroed copy and chose each row's source with a branch.
+/// Rows staged at once: the tiles keep their accumulators in registers across a block's
+/// 32-row chunks.
+const BLOCK: usize = 8 * CHUNK;
+
+/// One block's rows for every query head: the weights times the rows' scales (the reference's
+/// `w · scale`), where each row is read from, and per tile of `TILE_Q` heads and 32-row chunk
+/// the rows one of them weights (bit `t` of `live[tile][chunk]`: row `chunk · 32 + t`).
+struct Block {
+    /// Written for every row of the block that `stage` took (not read past them).
+    ws: [[MaybeUninit<f32>; BLOCK]; MAX_HEADS],
+    rows: [*const u8; BLOCK],
+    live: [[u32; BLOCK / CHUNK]; MAX_HEADS / TILE_Q],
+}
+
+/// Stages rows `b0..b0 + nb` of the run for heads `0..n_qh` into `block`, in place: lanes
+/// past `nb` keep what they held (the tiles read only live rows). Building a zeroed copy per
+/// 32-row chunk and choosing each row's source with a branch cost a third of the kernel.
 ///
 /// # Safety
-/// AVX-512F; `weights[(q0 + q)·stride + c0 ..][..nc]` and `scales[c0..c0 + nc]` exist for
-/// `q < nq`; `nc <= CHUNK`, `nq <= TILE_Q`.
-#[allow(clippy::too_many_arguments)]
+/// AVX-512F; `weights[qh·stride + b0 ..][..nb]` and `scales[b0..b0 + nb]` exist for
+/// `qh < n_qh <= MAX_HEADS`; `nb <= BLOCK`.
 #[inline(always)]
 unsafe fn stage(
     src: &RowSource,
-    weights: &[f32],
+    (weights, stride): (&[f32], usize),
     scales: &[f32],
-    stride: usize,
-    q0: usize,
-    nq: usize,
-    c0: usize,
-    nc: usize,
-    staged: &mut Staged,
+    n_qh: usize,
+    (b0, nb): (usize, usize),
+    block: &mut Block,
 ) {
-    src.rows_by_page(c0, &mut staged.rows[..nc]);
-    let mut live = 0u32;
-    // SAFETY: masked loads stay inside the chunk's `nc` weights and scales (the contract).
+    src.rows_by_page(b0, &mut block.rows[..nb]);
+    block.live = [[0; BLOCK / CHUNK]; MAX_HEADS / TILE_Q];
+    // SAFETY: masked loads stay inside the block's `nb` weights and scales (the contract).
     unsafe {
-        let s = scales.as_ptr().add(c0);
-        for q in 0..nq {
-            let w = weights.as_ptr().add((q0 + q) * stride + c0);
-            for h in 0..nc.div_ceil(LANES) {
-                let m = ((1u32 << (nc - LANES * h).min(LANES)) - 1) as __mmask16;
+        let s = scales.as_ptr().add(b0);
+        for qh in 0..n_qh {
+            let w = weights.as_ptr().add(qh * stride + b0);
+            let live = &mut block.live[qh / TILE_Q];
+            for h in 0..nb.div_ceil(LANES) {
+                let m = ((1u32 << (nb - LANES * h).min(LANES)) - 1) as __mmask16;
                 let wv = _mm512_maskz_loadu_ps(m, w.add(LANES * h));
                 let sv = _mm512_maskz_loadu_ps(m, s.add(LANES * h));
-                let at = staged.ws[q].as_mut_ptr().add(LANES * h);
+                let at = block.ws[qh].as_mut_ptr().add(LANES * h) as *mut f32;
                 _mm512_storeu_ps(at, _mm512_mul_ps(wv, sv));
                 let nonzero = _mm512_mask_cmp_ps_mask::<_CMP_NEQ_UQ>(m, wv, _mm512_setzero_ps());
-                live |= (nonzero as u32) << (LANES * h);
+                live[h / 2] |= (nonzero as u32) << (LANES * (h % 2));
             }
         }
     }
-    staged.live = live;
 }
 
 /// Up to 16 channels `first..first + n` of segment `seg`, packed from byte `byte` of a row.
@@ -120,18 +129,19 @@ struct Group {
     seg: usize,
 }
 
-/// One register tile: `NQ` heads from `q0` × the `NG` groups in `groups` (of either segment),
-/// over the chunk's live rows.
+/// One register tile: `NQ` heads from `q0` (a multiple of `TILE_Q`) × the `NG` groups in
+/// `groups` (of either segment), over the live rows of the block's first `n_chunks` chunks.
 ///
 /// # Safety
 /// AVX-512 F/BW/VBMI; `acc` is `[n_qh][d]` with `q0 + NQ <= n_qh`; the groups lie below `d`;
-/// the chunk's rows are rows of the run, readable `OVERREAD` bytes past their end.
+/// the block's live rows are rows of the run, readable `OVERREAD` bytes past their end.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn tile<const NQ: usize, const NG: usize>(
     lookups: &[Lookup; 2],
     groups: &[Group],
-    staged: &Staged,
+    block: &Block,
+    n_chunks: usize,
     acc: *mut f32,
     d: usize,
     q0: usize,
@@ -152,21 +162,23 @@ unsafe fn tile<const NQ: usize, const NG: usize>(
                 a[q][g] = _mm512_maskz_loadu_ps(masks[g], at);
             }
         }
-        let mut live = staged.live;
-        while live != 0 {
-            let t = live.trailing_zeros() as usize;
-            live &= live - 1;
-            let row = staged.rows[t];
-            let mut x = [_mm512_setzero_ps(); NG];
-            for g in 0..NG {
-                let word = (row.add(groups[g].byte) as *const i64).read_unaligned();
-                let codes = _mm512_multishift_epi64_epi8(control[g], _mm512_set1_epi64(word));
-                x[g] = _mm512_permutexvar_ps(codes, table[g]);
-            }
-            for q in 0..NQ {
-                let w = _mm512_set1_ps(staged.ws[q][t]);
+        for c in 0..n_chunks {
+            let mut live = block.live[q0 / TILE_Q][c];
+            while live != 0 {
+                let t = c * CHUNK + live.trailing_zeros() as usize;
+                live &= live - 1;
+                let row = block.rows[t];
+                let mut x = [_mm512_setzero_ps(); NG];
                 for g in 0..NG {
-                    a[q][g] = _mm512_fmadd_ps(w, x[g], a[q][g]);
+                    let word = (row.add(groups[g].byte) as *const i64).read_unaligned();
+                    let codes = _mm512_multishift_epi64_epi8(control[g], _mm512_set1_epi64(word));
+                    x[g] = _mm512_permutexvar_ps(codes, table[g]);
+                }
+                for q in 0..NQ {
+                    let w = _mm512_set1_ps(block.ws[q0 + q][t].assume_init());
+                    for g in 0..NG {
+                        a[q][g] = _mm512_fmadd_ps(w, x[g], a[q][g]);
+                    }
                 }
             }
         }
@@ -187,7 +199,7 @@ unsafe fn tile<const NQ: usize, const NG: usize>(
 unsafe fn tile_of(
     lookups: &[Lookup; 2],
     groups: &[Group],
-    staged: &Staged,
+    (block, n_chunks): (&Block, usize),
     acc: *mut f32,
     d: usize,
     q0: usize,
@@ -195,7 +207,7 @@ unsafe fn tile_of(
 ) {
     macro_rules! run {
         ($nq:literal, $ng:literal) => {
-            tile::<$nq, $ng>(lookups, groups, staged, acc, d, q0)
+            tile::<$nq, $ng>(lookups, groups, block, n_chunks, acc, d, q0)
         };
     }
     // SAFETY: forwarded from the caller.
@@ -297,24 +309,28 @@ pub(crate) unsafe fn accumulate_pages(
     let src = row_source(pages, page_rows, rows, bytes, max_end, OVERREAD, &mut pads);
 
     let acc = acc.as_mut_ptr();
-    let mut staged = Staged {
-        ws: [[0.0; CHUNK]; TILE_Q],
-        rows: [std::ptr::null(); CHUNK],
-        live: 0,
+    // The weights are left unset: `stage` writes every row the tiles read (~9 KiB per call
+    // not cleared).
+    let block = &mut Block {
+        ws: [[MaybeUninit::uninit(); BLOCK]; MAX_HEADS],
+        rows: [std::ptr::null(); BLOCK],
+        live: [[0; BLOCK / CHUNK]; MAX_HEADS / TILE_Q],
     };
-    for c0 in (0..rows).step_by(CHUNK) {
-        let nc = (rows - c0).min(CHUNK);
+    for b0 in (0..rows).step_by(BLOCK) {
+        let nb = (rows - b0).min(BLOCK);
+        // SAFETY: AVX-512F; the block's weights and scales exist (checked shapes), n_qh is
+        // at most MAX_HEADS (`narrow::applies`).
+        unsafe { stage(&src, (weights, stride), r.scales, n_qh, (b0, nb), block) };
+        let n_chunks = nb.div_ceil(CHUNK);
         for q0 in (0..n_qh).step_by(TILE_Q) {
             let nq = (n_qh - q0).min(TILE_Q);
-            // SAFETY: AVX-512F; the chunk's weights and scales exist (checked shapes).
-            unsafe { stage(&src, weights, r.scales, stride, q0, nq, c0, nc, &mut staged) };
-            if staged.live == 0 {
+            if block.live[q0 / TILE_Q][..n_chunks].iter().all(|&l| l == 0) {
                 continue;
             }
             for &(lo, hi) in &tiles[..n_tiles] {
-                // SAFETY: AVX-512 VBMI; heads q0..q0 + nq and the groups lie inside acc; rows
-                // of src, readable OVERREAD bytes past their end.
-                unsafe { tile_of(&lookups, &groups[lo..hi], &staged, acc, d, q0, nq) };
+                // SAFETY: AVX-512 VBMI; heads q0..q0 + nq and the groups lie inside acc; live
+                // rows are rows of src, readable OVERREAD bytes past their end.
+                unsafe { tile_of(&lookups, &groups[lo..hi], (block, n_chunks), acc, d, q0, nq) };
             }
         }
     }
@@ -400,5 +416,72 @@ mod tests {
         .unwrap();
         assert!(ran > 0, "no narrow layout in the parity sweep");
         eprintln!("avx512vbmi: narrow value tile bit-exact on {ran} blocks");
+    }
+
+    /// Calls longer than one staged block (256 rows): one page of 600 rows, and runs of 8
+    /// pages of 64 and 100 rows, for the presets' value rates at head dims 64 and 128.
+    #[test]
+    fn vbmi_tile_is_bit_exact_past_one_block() {
+        if !(super::available() && crate::Isa::Avx512.cpu_supports()) {
+            eprintln!("skipped: no avx512vbmi (or avx512 f/bw/vl) on this CPU");
+            return;
+        }
+        let mut rng = Rng::new(62);
+        let rows = 600;
+        for (d, half_bits) in [(64, 6), (64, 7), (128, 4), (128, 8)] {
+            let layout = crate::codes::CodeLayout::for_half_bits(d, half_bits);
+            let (packed, hi, lo) = crate::kv_score::random_block(&mut rng, &layout, rows);
+            let levels = crate::codes::Levels { hi: &hi, lo: &lo };
+            let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
+            let block = crate::codes::CodedRows::new(&packed, &layout, levels, &scales);
+            for n_qh in [3usize, 9] {
+                let weights: Vec<f32> = (0..n_qh * rows)
+                    .map(|i| if i % 7 == 0 { 0.0 } else { rng.uniform().abs() })
+                    .collect();
+                let start = random_vec(rng.next_u64(), n_qh * d);
+                let mut want = start.clone();
+                scalar::accumulate_codes(block, &weights, rows, &mut want);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let mut got = start.clone();
+                // SAFETY: VBMI and AVX-512 detected above; narrow::applies holds (n_qh <= 9).
+                unsafe { super::accumulate(block, &weights, rows, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "one page d={d} {half_bits}/2 bits");
+                for page_rows in [64usize, 100] {
+                    let bytes = layout.bytes();
+                    let copies: Vec<Vec<u8>> = packed
+                        .chunks(page_rows * bytes)
+                        .map(<[u8]>::to_vec)
+                        .collect();
+                    let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
+                    let mut paged = start.clone();
+                    let per_call = narrow::MAX_PAGES * page_rows;
+                    for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
+                        let first = i * per_call;
+                        let r = crate::codes::CodedRows::new(
+                            &[],
+                            &layout,
+                            levels,
+                            &scales[first..rows.min(first + per_call)],
+                        );
+                        // SAFETY: as above; the run's pages hold its rows.
+                        unsafe {
+                            super::accumulate_pages(
+                                run,
+                                page_rows,
+                                r,
+                                &weights[first..],
+                                rows,
+                                &mut paged,
+                            )
+                        };
+                    }
+                    assert_eq!(
+                        bits(&paged),
+                        bits(&want),
+                        "pages of {page_rows} d={d} {half_bits}/2 bits n_qh={n_qh}"
+                    );
+                }
+            }
+        }
     }
 }
