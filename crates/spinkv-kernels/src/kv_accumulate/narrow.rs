@@ -155,7 +155,7 @@ impl RowSource {
     /// [`Self::rows`] page by page: each page's in-place rows, then its padded ones, as two
     /// straight loops (no branch per row).
     #[inline(always)]
-    pub(super) fn rows_by_page(&self, c0: usize, rows: &mut [*const u8]) {
+    pub(super) fn rows_by_page(&self, c0: usize, rows: &mut [MaybeUninit<*const u8>]) {
         let (mut page, mut j) = (c0 / self.page_rows, c0 % self.page_rows);
         let mut k = 0;
         while k < rows.len() {
@@ -163,11 +163,11 @@ impl RowSource {
             let take = (self.page_rows - j).min(rows.len() - k);
             let in_place = src.safe.saturating_sub(j).min(take);
             for (i, row) in rows[k..k + in_place].iter_mut().enumerate() {
-                *row = src.codes.wrapping_add((j + i) * self.bytes);
+                row.write(src.codes.wrapping_add((j + i) * self.bytes));
             }
             let padded_from = j + in_place - src.safe.min(j + in_place);
             for (i, row) in rows[k + in_place..k + take].iter_mut().enumerate() {
-                *row = src.pad.wrapping_add((padded_from + i) * self.bytes);
+                row.write(src.pad.wrapping_add((padded_from + i) * self.bytes));
             }
             (k, page, j) = (k + take, page + 1, 0);
         }

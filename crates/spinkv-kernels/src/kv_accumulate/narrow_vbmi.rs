@@ -79,7 +79,8 @@ const BLOCK: usize = 8 * CHUNK;
 struct Block {
     /// Written for every row of the block that `stage` took (not read past them).
     ws: [[MaybeUninit<f32>; BLOCK]; MAX_HEADS],
-    rows: [*const u8; BLOCK],
+    /// Written for every row of the block that `stage` took.
+    rows: [MaybeUninit<*const u8>; BLOCK],
     live: [[u32; BLOCK / CHUNK]; MAX_HEADS / TILE_Q],
 }
 
@@ -167,7 +168,7 @@ unsafe fn tile<const NQ: usize, const NG: usize>(
             while live != 0 {
                 let t = c * CHUNK + live.trailing_zeros() as usize;
                 live &= live - 1;
-                let row = block.rows[t];
+                let row = block.rows[t].assume_init();
                 let mut x = [_mm512_setzero_ps(); NG];
                 for g in 0..NG {
                     let word = (row.add(groups[g].byte) as *const i64).read_unaligned();
@@ -309,11 +310,11 @@ pub(crate) unsafe fn accumulate_pages(
     let src = row_source(pages, page_rows, rows, bytes, max_end, OVERREAD, &mut pads);
 
     let acc = acc.as_mut_ptr();
-    // The weights are left unset: `stage` writes every row the tiles read (~9 KiB per call
-    // not cleared).
+    // Weights and row addresses are left unset: `stage` writes every row the tiles read
+    // (~11 KiB per call not cleared; a one-page call reads 32 rows of it).
     let block = &mut Block {
         ws: [[MaybeUninit::uninit(); BLOCK]; MAX_HEADS],
-        rows: [std::ptr::null(); BLOCK],
+        rows: [MaybeUninit::uninit(); BLOCK],
         live: [[0; BLOCK / CHUNK]; MAX_HEADS / TILE_Q],
     };
     for b0 in (0..rows).step_by(BLOCK) {
