@@ -10,6 +10,8 @@
 crate::isa::isa_modules!(scalar, x86, quad);
 #[cfg(target_arch = "x86_64")]
 mod narrow;
+#[cfg(target_arch = "x86_64")]
+mod narrow_vbmi;
 
 use crate::codes::{CodeLayout, CodedRows, Levels};
 use crate::isa::{active_isa, dispatch, Isa};
@@ -116,6 +118,7 @@ pub(crate) unsafe fn accumulate_code_pages_on(
     let rows = scales.len();
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2 | Isa::Avx512) && narrow::applies(layout, acc.len() / layout.d) {
+        let vbmi = isa == Isa::Avx512 && narrow_vbmi::available();
         let per_call = narrow::MAX_PAGES * page_rows;
         for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
             let first = i * per_call;
@@ -128,9 +131,17 @@ pub(crate) unsafe fn accumulate_code_pages_on(
                 levels,
                 &scales[first..rows.min(first + per_call)],
             );
-            // SAFETY: AVX2 is part of both x86 ISAs (the caller vouches for `isa`); the run's
-            // pages hold its rows, its weights start at column `first` (checked shapes).
-            unsafe { narrow::accumulate_pages(run, page_rows, r, &weights[first..], stride, acc) };
+            let weights = &weights[first..];
+            // SAFETY: AVX2 is part of both x86 ISAs (the caller vouches for `isa`), VBMI was
+            // detected; the run's pages hold its rows, its weights start at column `first`
+            // (checked shapes).
+            unsafe {
+                if vbmi {
+                    narrow_vbmi::accumulate_pages(run, page_rows, r, weights, stride, acc)
+                } else {
+                    narrow::accumulate_pages(run, page_rows, r, weights, stride, acc)
+                }
+            };
         }
         return;
     }

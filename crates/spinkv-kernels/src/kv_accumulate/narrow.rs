@@ -17,26 +17,28 @@ use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
 /// Largest head dim this kernel takes (its group list and row padding live on the stack).
-const MAX_DIM: usize = 256;
+pub(super) const MAX_DIM: usize = 256;
 /// Widest code it decodes: 8 codes in one 32-bit word.
 const MAX_WIDTH: u32 = 4;
 /// Rows per weight-staging chunk (one bit each in a `u32` live mask).
-const CHUNK: usize = 32;
+pub(super) const CHUNK: usize = 32;
 /// Query heads × channel groups per register tile: 9 accumulators, 3 decoded groups, a weight
 /// broadcast and a segment's shift and tables in 16 registers.
-const TILE_Q: usize = 3;
+pub(super) const TILE_Q: usize = 3;
 const TILE_G: usize = 3;
 /// Bytes a group's 32-bit read may run past its row's last byte.
 const OVERREAD: usize = 3;
+/// The most any narrow kernel's group read runs past its row (the AVX-512 tile's 64-bit read).
+pub(super) const MAX_OVERREAD: usize = 7;
 /// Room for the padded copy of the rows whose group reads would leave `codes`: they lie in
-/// the last `bytes + OVERREAD - 1` bytes, followed by `OVERREAD` zeros.
-const PAD_BYTES: usize = MAX_DIM * MAX_WIDTH as usize / 8 + 2 * OVERREAD + 2;
+/// the last `bytes + overread - 1` bytes, followed by `overread` zeros.
+const PAD_BYTES: usize = MAX_DIM * MAX_WIDTH as usize / 8 + 2 * MAX_OVERREAD + 2;
 
 /// Query heads up to which decoding per register tile beats decoding a block once into a
 /// buffer (the generic path): each tile of `TILE_Q` heads decodes the rows again. Measured
 /// (d 64, 3-bit, one thread, AVX2 EPYC): 3 heads 1.5x, 6 heads 1.15x, 9 heads 1.04x faster,
 /// 48 heads (prefill) 1.3x slower.
-const MAX_HEADS: usize = 3 * TILE_Q;
+pub(super) const MAX_HEADS: usize = 3 * TILE_Q;
 
 /// Whether [`accumulate`] takes this layout and this many query heads.
 pub(crate) fn applies(layout: &CodeLayout, n_qh: usize) -> bool {
@@ -117,14 +119,14 @@ pub(crate) const MAX_PAGES: usize = 8;
 /// Where one page's code rows are read from: rows below `safe` in place, the rest from `pad`
 /// (a copy followed by zeros, so every 32-bit group read stays inside a buffer).
 #[derive(Clone, Copy)]
-struct PageSource {
+pub(super) struct PageSource {
     codes: *const u8,
     pad: *const u8,
     safe: usize,
 }
 
 /// The rows of a run of pages, `page_rows` to a page.
-struct RowSource {
+pub(super) struct RowSource {
     pages: [PageSource; MAX_PAGES],
     bytes: usize,
     page_rows: usize,
@@ -149,16 +151,37 @@ impl RowSource {
             }
         }
     }
+
+    /// [`Self::rows`] page by page: each page's in-place rows, then its padded ones, as two
+    /// straight loops (no branch per row).
+    #[inline(always)]
+    pub(super) fn rows_by_page(&self, c0: usize, rows: &mut [MaybeUninit<*const u8>]) {
+        let (mut page, mut j) = (c0 / self.page_rows, c0 % self.page_rows);
+        let mut k = 0;
+        while k < rows.len() {
+            let src = &self.pages[page];
+            let take = (self.page_rows - j).min(rows.len() - k);
+            let in_place = src.safe.saturating_sub(j).min(take);
+            for (i, row) in rows[k..k + in_place].iter_mut().enumerate() {
+                row.write(src.codes.wrapping_add((j + i) * self.bytes));
+            }
+            let padded_from = j + in_place - src.safe.min(j + in_place);
+            for (i, row) in rows[k + in_place..k + take].iter_mut().enumerate() {
+                row.write(src.pad.wrapping_add((padded_from + i) * self.bytes));
+            }
+            (k, page, j) = (k + take, page + 1, 0);
+        }
+    }
 }
 
 /// The weights of one chunk for query heads `q0..q0 + nq`, times the rows' scales (the
 /// reference's `w · scale`).
-struct Staged {
-    ws: [[f32; CHUNK]; TILE_Q],
+pub(super) struct Staged {
+    pub(super) ws: [[f32; CHUNK]; TILE_Q],
     /// Where row `c0 + t` is read from.
-    rows: [*const u8; CHUNK],
+    pub(super) rows: [*const u8; CHUNK],
     /// Bit `t`: row `c0 + t` has a non-zero weight for one of the tile's heads.
-    live: u32,
+    pub(super) live: u32,
 }
 
 /// # Safety
@@ -166,7 +189,7 @@ struct Staged {
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn stage(
+pub(super) unsafe fn stage(
     src: &RowSource,
     weights: &[f32],
     scales: &[f32],
@@ -361,52 +384,8 @@ pub(crate) unsafe fn accumulate_pages(
         }
     }
 
-    // Rows whose group reads stay inside their page's codes are read in place; the last few
-    // of each page (at most OVERREAD bytes short) from a zero-padded copy.
-    assert!(
-        page_rows > 0 && rows.div_ceil(page_rows) <= pages.len().min(MAX_PAGES),
-        "narrow accumulate: pages"
-    );
-    // Only the used part of each page's pad is written (tail, then OVERREAD zeros): a single
-    // page call must not pay for clearing all MAX_PAGES pads.
-    let mut pads = MaybeUninit::<[[u8; PAD_BYTES]; MAX_PAGES]>::uninit();
-    let pads = pads.as_mut_ptr() as *mut u8;
-    let empty = PageSource {
-        codes: std::ptr::null(),
-        pad: std::ptr::null(),
-        safe: 0,
-    };
-    let mut src = RowSource {
-        pages: [empty; MAX_PAGES],
-        bytes,
-        page_rows,
-    };
-    for (p, codes) in pages.iter().take(rows.div_ceil(page_rows)).enumerate() {
-        let in_page = (rows - p * page_rows).min(page_rows);
-        let len = codes.len();
-        let safe = if len >= max_end {
-            ((len - max_end) / bytes + 1).min(in_page)
-        } else {
-            0
-        };
-        let tail = &codes[safe * bytes..in_page * bytes];
-        assert!(
-            tail.len() + OVERREAD <= PAD_BYTES,
-            "narrow accumulate: padded tail"
-        );
-        // SAFETY: slot p of the pads (p < MAX_PAGES) has room for the tail and OVERREAD more.
-        let pad = unsafe {
-            let pad = pads.add(p * PAD_BYTES);
-            std::ptr::copy_nonoverlapping(tail.as_ptr(), pad, tail.len());
-            pad.add(tail.len()).write_bytes(0, OVERREAD);
-            pad
-        };
-        src.pages[p] = PageSource {
-            codes: codes.as_ptr(),
-            pad,
-            safe,
-        };
-    }
+    let mut pads = Pads::uninit();
+    let src = row_source(pages, page_rows, rows, bytes, max_end, OVERREAD, &mut pads);
 
     let acc = acc.as_mut_ptr();
     for c0 in (0..rows).step_by(CHUNK) {
@@ -433,4 +412,67 @@ pub(crate) unsafe fn accumulate_pages(
             }
         }
     }
+}
+
+/// Per-page room for the padded tails of a run (see [`row_source`]).
+pub(super) type Pads = MaybeUninit<[[u8; PAD_BYTES]; MAX_PAGES]>;
+
+/// Where each row of a run of pages is read from, for group reads that end at most `max_end`
+/// bytes past a row's start and `overread` bytes past its end: rows whose reads stay inside
+/// their page's codes in place, the last few of each page from a zero-padded copy in `pads`
+/// (which must outlive the result).
+pub(super) fn row_source(
+    pages: &[&[u8]],
+    page_rows: usize,
+    rows: usize,
+    bytes: usize,
+    max_end: usize,
+    overread: usize,
+    pads: &mut Pads,
+) -> RowSource {
+    assert!(
+        page_rows > 0 && rows.div_ceil(page_rows) <= pages.len().min(MAX_PAGES),
+        "narrow accumulate: pages"
+    );
+    assert!(overread <= MAX_OVERREAD, "narrow accumulate: overread");
+    // Only the used part of each page's pad is written (tail, then `overread` zeros): a single
+    // page call must not pay for clearing all MAX_PAGES pads.
+    let pads = pads.as_mut_ptr() as *mut u8;
+    let empty = PageSource {
+        codes: std::ptr::null(),
+        pad: std::ptr::null(),
+        safe: 0,
+    };
+    let mut src = RowSource {
+        pages: [empty; MAX_PAGES],
+        bytes,
+        page_rows,
+    };
+    for (p, codes) in pages.iter().take(rows.div_ceil(page_rows)).enumerate() {
+        let in_page = (rows - p * page_rows).min(page_rows);
+        let len = codes.len();
+        let safe = if len >= max_end {
+            ((len - max_end) / bytes + 1).min(in_page)
+        } else {
+            0
+        };
+        let tail = &codes[safe * bytes..in_page * bytes];
+        assert!(
+            tail.len() + overread <= PAD_BYTES,
+            "narrow accumulate: padded tail"
+        );
+        // SAFETY: slot p of the pads (p < MAX_PAGES) has room for the tail and `overread` more.
+        let pad = unsafe {
+            let pad = pads.add(p * PAD_BYTES);
+            std::ptr::copy_nonoverlapping(tail.as_ptr(), pad, tail.len());
+            pad.add(tail.len()).write_bytes(0, overread);
+            pad
+        };
+        src.pages[p] = PageSource {
+            codes: codes.as_ptr(),
+            pad,
+            safe,
+        };
+    }
+    src
 }

@@ -291,8 +291,15 @@ unsafe fn accumulate_codes<V: Decoders>(
     acc: &mut [f32],
 ) {
     if super::narrow::applies(r.layout, acc.len() / r.layout.d) {
-        // SAFETY: AVX2 is part of both x86 ISAs' features; shapes checked by the dispatcher.
-        unsafe { super::narrow::accumulate(r, weights, stride, acc) };
+        // SAFETY: AVX2 is part of both x86 ISAs' features, VBMI is detected before its kernel
+        // runs (16 lanes: this is the AVX-512 entry point); shapes checked by the dispatcher.
+        unsafe {
+            if V::N == 16 && super::narrow_vbmi::available() {
+                super::narrow_vbmi::accumulate(r, weights, stride, acc)
+            } else {
+                super::narrow::accumulate(r, weights, stride, acc)
+            }
+        };
         return;
     }
     let (d, bytes) = (r.layout.d, r.layout.bytes());
