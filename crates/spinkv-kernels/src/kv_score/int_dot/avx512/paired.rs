@@ -1,0 +1,327 @@
+//! The paired AVX-512 scan: two rows per register, VBMI cut and lookup, VNNI sums (the parent
+//! module's doc says how and why).
+
+use crate::codes::CodeLayout;
+use crate::kv_score::int_dot::{padded, query_len, IntQueries, IntRows, GROUP, MAX_INT_DIM};
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+
+/// Codes of one row per register of levels (a 256-bit half of int16 lanes).
+const SLOT: usize = GROUP;
+/// Rows per block (one vector of 16 scores per head).
+const BLOCK: usize = 16;
+/// Row pairs per block.
+const PAIRS: usize = BLOCK / 2;
+/// Bytes of a row at most (one register).
+const MAX_ROW_BYTES: usize = 64;
+/// Registers of levels per row pair at most.
+const MAX_CHUNKS: usize = (MAX_INT_DIM + 2 * GROUP) / SLOT;
+/// Query heads per pass over the rows (their sums stay in registers).
+const HEADS: usize = 4;
+/// Added to an int8 level to make it an unsigned byte (zero-extended, no sign fix-up).
+const BIAS: i32 = 128;
+
+/// Whether this CPU has the byte permutes and multishift (VBMI) and `vpdpwssd` (VNNI).
+pub(super) fn cpu_has_vbmi_vnni() -> bool {
+    is_x86_feature_detected!("avx512vbmi") && is_x86_feature_detected!("avx512vnni")
+}
+
+/// Whether a row of `layout` fits one register (the integer scan's other limits hold already).
+pub(super) fn fits(layout: &CodeLayout) -> bool {
+    layout.bytes() <= MAX_ROW_BYTES
+}
+
+/// One register of levels: 16 codes of row A in int16 lanes 0..16, the same 16 of row B in
+/// lanes 16..32 (padded query coordinates `16z..16z + 16` of chunk `z`).
+#[derive(Clone, Copy)]
+struct Chunk {
+    /// Per byte: the byte of A (0..64) or of B (64..128) the gather puts there — the 8 bytes
+    /// holding a 64-bit lane's 4 codes.
+    gather: __m512i,
+    /// Per byte: the bit of its 64-bit lane where the lane's code starts (low bytes only).
+    shift: __m512i,
+    /// Low bytes of the lanes whose code is in the first channel group, then the second.
+    masks: [u64; 2],
+}
+
+/// The layout's part of a scan: built once per thread and layout.
+struct Plan {
+    layout: CodeLayout,
+    chunks: Vec<Chunk>,
+    /// The row's bytes, for the masked loads.
+    row_mask: u64,
+}
+
+thread_local! {
+    static PLAN: RefCell<Option<Plan>> = const { RefCell::new(None) };
+}
+
+/// The bit where padded query coordinate `p`'s code starts, and its channel group; `None`
+/// for padding.
+fn code_bit(layout: &CodeLayout, pad_hi: usize, p: usize) -> Option<(usize, usize)> {
+    let (hi, lo) = (layout.hi as usize, layout.lo as usize);
+    if p < pad_hi {
+        (p < layout.n_hi).then_some((p * hi, 0))
+    } else {
+        let c = p - pad_hi;
+        (c < layout.d - layout.n_hi).then_some((layout.n_hi * hi + c * lo, 1))
+    }
+}
+
+impl Plan {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    fn new(layout: &CodeLayout) -> Self {
+        let [pad_hi, _] = padded(layout);
+        let chunks = (0..query_len(layout) / SLOT)
+            .map(|z| {
+                let (mut gather, mut shift, mut masks) = ([0u8; 64], [0u8; 64], [0u64; 2]);
+                for quad in 0..SLOT / 4 {
+                    let codes: [Option<(usize, usize)>; 4] =
+                        core::array::from_fn(|i| code_bit(layout, pad_hi, z * SLOT + 4 * quad + i));
+                    // The lane's 4 codes span at most 4 · 4 + 7 bits from the first one's byte.
+                    let start = codes.iter().flatten().next().map_or(0, |&(bit, _)| bit / 8);
+                    for slot in 0..2 {
+                        for k in 0..8 {
+                            // Bytes past the row's end are zeros of the masked load.
+                            gather[32 * slot + 8 * quad + k] = ((start + k).min(63) + 64 * slot) as u8;
+                        }
+                        for (i, code) in codes.iter().enumerate() {
+                            let lane = SLOT * slot + 4 * quad + i;
+                            if let Some((bit, g)) = *code {
+                                shift[2 * lane] = (bit - 8 * start) as u8;
+                                masks[g] |= 1 << (2 * lane);
+                            }
+                        }
+                    }
+                }
+                // SAFETY: 64-byte local arrays.
+                unsafe {
+                    Chunk {
+                        gather: _mm512_loadu_si512(gather.as_ptr() as *const __m512i),
+                        shift: _mm512_loadu_si512(shift.as_ptr() as *const __m512i),
+                        masks,
+                    }
+                }
+            })
+            .collect();
+        let bytes = layout.bytes();
+        Plan {
+            layout: *layout,
+            chunks,
+            row_mask: if bytes >= 64 {
+                u64::MAX
+            } else {
+                (1 << bytes) - 1
+            },
+        }
+    }
+}
+
+/// 0, 1, ..., 63.
+static IOTA: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        t[i] = i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// A group's biased levels (`level + 128` as bytes) repeated every `2^width` entries over 64,
+/// so the lookup may ignore the bits above the code.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+fn table(levels: &[i8; 16], width: u32) -> __m512i {
+    // SAFETY: a 16-byte array and a 64-byte static.
+    let (levels, iota) = unsafe {
+        (
+            _mm_loadu_si128(levels.as_ptr() as *const __m128i),
+            _mm512_loadu_si512(IOTA.as_ptr() as *const __m512i),
+        )
+    };
+    // `level + 128` is `level ^ 0x80` in bytes.
+    let biased = _mm512_broadcast_i32x4(_mm_xor_si128(levels, _mm_set1_epi8(i8::MIN)));
+    let index = _mm512_and_si512(iota, _mm512_set1_epi8(((1u32 << width) - 1) as i8));
+    _mm512_permutexvar_epi8(index, biased)
+}
+
+/// The 16 row sums of a block from its 8 pairs' accumulators (pair `i`: rows `(i / 4) · 8 +
+/// i % 4` in the low half, 4 rows later in the high half), in row order.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn reduce(acc: &[__m512i; PAIRS]) -> __m512i {
+    let fold32 = |x: __m512i, y: __m512i| {
+        _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y))
+    };
+    let fold64 = |x: __m512i, y: __m512i| {
+        _mm512_add_epi32(_mm512_unpacklo_epi64(x, y), _mm512_unpackhi_epi64(x, y))
+    };
+    // Per 128-bit quarter: one partial of pairs 0..4 (4..8); quarters 0, 1 hold the low rows.
+    let first = fold64(fold32(acc[0], acc[1]), fold32(acc[2], acc[3]));
+    let second = fold64(fold32(acc[4], acc[5]), fold32(acc[6], acc[7]));
+    _mm512_add_epi32(
+        _mm512_shuffle_i32x4::<0b10_00_10_00>(first, second),
+        _mm512_shuffle_i32x4::<0b11_01_11_01>(first, second),
+    )
+}
+
+/// # Safety
+/// CPU must support AVX-512 F/BW/VL/VBMI/VNNI (+AVX2/FMA/F16C); `fits(r.layout)`; shapes as
+/// checked by `super::super::score_codes_int`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn score(r: IntRows<'_>, queries: IntQueries<'_>, scores: &mut [f32], stride: usize) {
+    if r.scales.is_empty() || queries.n_qh == 0 {
+        return;
+    }
+    PLAN.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.as_ref().is_none_or(|plan| plan.layout != *r.layout) {
+            // The closure runs with this function's target features.
+            *cell = Some(Plan::new(r.layout));
+        }
+        let plan = cell.as_ref().expect("plan just built");
+        // SAFETY: as the caller vouches; the plan is the layout's.
+        unsafe { score_planned(plan, r, queries, scores, stride) }
+    })
+}
+
+/// # Safety
+/// As [`score`]; `plan` made for `r.layout`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
+unsafe fn score_planned(
+    plan: &Plan,
+    r: IntRows<'_>,
+    queries: IntQueries<'_>,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let tables = [
+        table(&r.levels.hi, r.layout.hi),
+        table(&r.levels.lo, r.layout.lo),
+    ];
+    let mut h0 = 0;
+    while h0 < queries.n_qh {
+        let heads = (queries.n_qh - h0).min(HEADS);
+        // SAFETY: as the caller vouches; heads h0..h0 + heads exist.
+        unsafe {
+            match heads {
+                1 => pass::<1>(plan, &tables, r, queries, h0, scores, stride),
+                2 => pass::<2>(plan, &tables, r, queries, h0, scores, stride),
+                3 => pass::<3>(plan, &tables, r, queries, h0, scores, stride),
+                _ => pass::<HEADS>(plan, &tables, r, queries, h0, scores, stride),
+            }
+        }
+        h0 += heads;
+    }
+}
+
+/// Scores every row for query heads `h0..h0 + H`; `r.scales` is not empty.
+///
+/// # Safety
+/// As [`score_planned`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
+unsafe fn pass<const H: usize>(
+    plan: &Plan,
+    tables: &[__m512i; 2],
+    r: IntRows<'_>,
+    queries: IntQueries<'_>,
+    h0: usize,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let len = query_len(r.layout);
+    let chunks = plan.chunks.as_slice();
+    // Each head's query with every 16 coordinates in both halves of a register (chunk z of
+    // head h at z · H + h), and the bias its sums carry.
+    let mut doubled = MaybeUninit::<[__m512i; HEADS * MAX_CHUNKS]>::uninit();
+    let doubled = doubled.as_mut_ptr() as *mut __m512i;
+    let mut bias = [0i32; H];
+    for (h, bias) in bias.iter_mut().enumerate() {
+        let q = queries.head(h0 + h, len);
+        // The padding is zeros, so this is the sum over the lanes.
+        *bias = BIAS * q.iter().map(|&v| v as i32).sum::<i32>();
+        for z in 0..chunks.len() {
+            // SAFETY: chunk z's 16 int16s lie inside the query (len = 16 · chunks); z · H + h
+            // is inside `doubled` (H ≤ HEADS, chunks ≤ MAX_CHUNKS).
+            unsafe {
+                let v = _mm256_loadu_si256(q.as_ptr().add(z * SLOT) as *const __m256i);
+                doubled.add(z * H + h).write(_mm512_broadcast_i64x4(v));
+            }
+        }
+    }
+    let doubled = doubled as *const __m512i;
+    let bytes = r.layout.bytes();
+    let rows = r.scales.len();
+    let mut sums = [[_mm512_setzero_si512(); PAIRS]; H];
+    // The next row, and how many rows its page has left from it.
+    let (mut page, mut row, mut left) = (0usize, r.pages[0].as_ptr(), r.page_rows);
+    for j0 in (0..rows).step_by(BLOCK) {
+        let nb = (rows - j0).min(BLOCK);
+        let mut at = [row; BLOCK];
+        for at in &mut at[..nb] {
+            if left == 0 {
+                page += 1;
+                (row, left) = (r.pages[page].as_ptr(), r.page_rows);
+            }
+            *at = row;
+            row = row.wrapping_add(bytes);
+            left -= 1;
+        }
+        // Rows past the block's end load the first row again; their scores are not stored.
+        let first = at[0];
+        at[nb..].fill(first);
+        for i in 0..PAIRS {
+            let low = (i / 4) * 8 + i % 4;
+            if low >= nb {
+                for s in sums.iter_mut() {
+                    s[i] = _mm512_setzero_si512();
+                }
+                continue;
+            }
+            // SAFETY: both rows are whole rows inside their pages (shapes checked by the
+            // caller), read only up to their `bytes`.
+            let (a, b) = unsafe {
+                (
+                    _mm512_maskz_loadu_epi8(plan.row_mask, at[low] as *const i8),
+                    _mm512_maskz_loadu_epi8(plan.row_mask, at[low + 4] as *const i8),
+                )
+            };
+            let mut acc = [_mm512_setzero_si512(); H];
+            for (z, c) in chunks.iter().enumerate() {
+                let code = _mm512_multishift_epi64_epi8(c.shift, _mm512_permutex2var_epi8(a, c.gather, b));
+                let levels = if c.masks[0] != 0 {
+                    let first = _mm512_maskz_permutexvar_epi8(c.masks[0], code, tables[0]);
+                    if c.masks[1] != 0 {
+                        _mm512_mask_permutexvar_epi8(first, c.masks[1], code, tables[1])
+                    } else {
+                        first
+                    }
+                } else {
+                    _mm512_maskz_permutexvar_epi8(c.masks[1], code, tables[1])
+                };
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: chunk z of head h lies inside `doubled` (written above).
+                    *acc = _mm512_dpwssd_epi32(*acc, levels, unsafe { *doubled.add(z * H + h) });
+                }
+            }
+            for (s, a) in sums.iter_mut().zip(acc) {
+                s[i] = a;
+            }
+        }
+        let mask = ((1u32 << nb) - 1) as __mmask16;
+        // SAFETY: rows j0..j0 + nb have scales; masked lanes stay inside.
+        let scale = unsafe { _mm512_maskz_loadu_ps(mask, r.scales.as_ptr().add(j0)) };
+        for (h, s) in sums.iter().enumerate() {
+            // Wrapping int32 sums: exact once the bias is off, whatever the order.
+            let sum = _mm512_sub_epi32(reduce(s), _mm512_set1_epi32(bias[h]));
+            let factor = _mm512_set1_ps(queries.factor(h0 + h));
+            // The reference's `(factor · sum) · scale`, unfused.
+            let out = _mm512_mul_ps(_mm512_mul_ps(factor, _mm512_cvtepi32_ps(sum)), scale);
+            let at = (h0 + h) * stride + j0;
+            // SAFETY: the nb scores from `at` lie inside `scores` (stride ≥ rows, checked).
+            unsafe { _mm512_mask_storeu_ps(scores.as_mut_ptr().add(at), mask, out) };
+        }
+    }
+}
