@@ -1,18 +1,20 @@
 //! AVX-512 integer scan: two rows per register, codes cut by VBMI, sums by VNNI.
 //!
 //! Rows come in pairs: row A's bytes in one register, row B's in another (masked loads, so a
-//! row is never read past its end). Each register of levels holds 16 codes of each row (one
-//! 256-bit half per row): one `vpermt2b` gathers, for every group of 4 codes, the 8 bytes the
-//! codes sit in into that group's 64-bit lane; one `vpmultishiftqb` moves each code to the low
-//! byte of its 16-bit lane (any width, any bit offset: the plan says where); one zero-masked
-//! `vpermb` looks the low bytes up in a 64-entry table of the group's biased levels (`level +
-//! 128`, repeated every `2^w` entries, so the bits above the code need no mask) and zeroes the
-//! high bytes — int16 levels, zero-extended. `vpdpwssd` multiplies them with each head's query
-//! (the same 16 coordinates in both halves) and adds into int32 in one instruction; the bias
-//! comes off as `128 · Σ q` per head after the reduction. Wrapping int32 sums are exact, so the
-//! result is the scalar reference's bits.
+//! row is never read past its end). A span of 32 codes per row is cut for both rows by three
+//! byte shuffles: one `vpermt2b` gathers, for every 8 consecutive codes, the 8 bytes they sit in into one
+//! 64-bit lane (row A's lanes in the low 256 bits, B's in the high); one `vpmultishiftqb` moves
+//! each code to a byte of its own (any width, any bit offset: the plan says where); one
+//! zero-masked `vpermb` looks all 64 up in a 64-entry table of the group's biased levels
+//! (`level + 128`, repeated every `2^w` entries, so the bits above a code need no mask). The
+//! even bytes (`& 0xff`) and the odd bytes (`>> 8`) are then two registers of int16 levels,
+//! zero-extended; the query is dealt to match once per call (a span's even coordinates in both
+//! halves of one register, its odd ones in another). `vpdpwssd` multiplies and adds into int32
+//! in one instruction; the bias comes off as `128 · Σ q` per head after the reduction. Wrapping
+//! int32 sums are exact, so the result is the scalar reference's bits.
 //!
-//! A block of 16 rows is 8 pairs, rows `(i, i + 4)` of each half, so the transposing reduction
+//! A block of 16 rows is 8 pairs (pair `i` of each half of the block: its rows `i` and `i + 4`),
+//! so the transposing reduction
 //! (unpack / unpack / 128-bit shuffle, 21 instructions per 16 rows and head) leaves the 16
 //! row sums in order.
 //!

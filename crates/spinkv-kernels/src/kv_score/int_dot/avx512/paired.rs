@@ -7,16 +7,16 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
-/// Codes of one row per register of levels (a 256-bit half of int16 lanes).
-const SLOT: usize = GROUP;
+/// Padded query coordinates per row cut by one gather: 4 groups of 8 consecutive codes.
+const SPAN: usize = 32;
 /// Rows per block (one vector of 16 scores per head).
 const BLOCK: usize = 16;
 /// Row pairs per block.
 const PAIRS: usize = BLOCK / 2;
 /// Bytes of a row at most (one register).
 const MAX_ROW_BYTES: usize = 64;
-/// Registers of levels per row pair at most.
-const MAX_CHUNKS: usize = (MAX_INT_DIM + 2 * GROUP) / SLOT;
+/// Spans per row at most.
+const MAX_SPANS: usize = (MAX_INT_DIM + 2 * GROUP).div_ceil(SPAN);
 /// Query heads per pass over the rows (their sums stay in registers).
 const HEADS: usize = 4;
 /// Added to an int8 level to make it an unsigned byte (zero-extended, no sign fix-up).
@@ -32,23 +32,24 @@ pub(super) fn fits(layout: &CodeLayout) -> bool {
     layout.bytes() <= MAX_ROW_BYTES
 }
 
-/// One register of levels: 16 codes of row A in int16 lanes 0..16, the same 16 of row B in
-/// lanes 16..32 (padded query coordinates `16z..16z + 16` of chunk `z`).
+/// One gather's cut: 32 codes of row A in bytes 0..32, the same 32 of row B in bytes 32..64
+/// (padded query coordinates `32z..32z + 32` of span `z`), 8 consecutive codes to a 64-bit
+/// lane; the even bytes become one register of int16 levels, the odd bytes another.
 #[derive(Clone, Copy)]
-struct Chunk {
+struct Span {
     /// Per byte: the byte of A (0..64) or of B (64..128) the gather puts there — the 8 bytes
-    /// holding a 64-bit lane's 4 codes.
+    /// from the one where the lane's first code starts.
     gather: __m512i,
-    /// Per byte: the bit of its 64-bit lane where the lane's code starts (low bytes only).
+    /// Per byte: the bit of its 64-bit lane where its code starts.
     shift: __m512i,
-    /// Low bytes of the lanes whose code is in the first channel group, then the second.
+    /// The bytes whose code is in the first channel group, then the second.
     masks: [u64; 2],
 }
 
 /// The layout's part of a scan: built once per thread and layout.
 struct Plan {
     layout: CodeLayout,
-    chunks: Vec<Chunk>,
+    spans: Vec<Span>,
     /// The row's bytes, for the masked loads.
     row_mask: u64,
 }
@@ -73,31 +74,31 @@ impl Plan {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     fn new(layout: &CodeLayout) -> Self {
         let [pad_hi, _] = padded(layout);
-        let chunks = (0..query_len(layout) / SLOT)
+        let spans = (0..query_len(layout).div_ceil(SPAN))
             .map(|z| {
                 let (mut gather, mut shift, mut masks) = ([0u8; 64], [0u8; 64], [0u64; 2]);
-                for quad in 0..SLOT / 4 {
-                    let codes: [Option<(usize, usize)>; 4] =
-                        core::array::from_fn(|i| code_bit(layout, pad_hi, z * SLOT + 4 * quad + i));
-                    // The lane's 4 codes span at most 4 · 4 + 7 bits from the first one's byte.
+                for lane in 0..4 {
+                    // 8 codes of one group (groups are padded to 16), at most 8 · 4 + 7 bits
+                    // from the first one's byte.
+                    let codes: [Option<(usize, usize)>; 8] = core::array::from_fn(|i| {
+                        code_bit(layout, pad_hi, z * SPAN + 8 * lane + i)
+                    });
                     let start = codes.iter().flatten().next().map_or(0, |&(bit, _)| bit / 8);
                     for slot in 0..2 {
-                        for k in 0..8 {
-                            // Bytes past the row's end are zeros of the masked load.
-                            gather[32 * slot + 8 * quad + k] = ((start + k).min(63) + 64 * slot) as u8;
-                        }
                         for (i, code) in codes.iter().enumerate() {
-                            let lane = SLOT * slot + 4 * quad + i;
+                            let at = 32 * slot + 8 * lane + i;
+                            // Bytes past the row's end are zeros of the masked load.
+                            gather[at] = ((start + i).min(63) + 64 * slot) as u8;
                             if let Some((bit, g)) = *code {
-                                shift[2 * lane] = (bit - 8 * start) as u8;
-                                masks[g] |= 1 << (2 * lane);
+                                shift[at] = (bit - 8 * start) as u8;
+                                masks[g] |= 1 << at;
                             }
                         }
                     }
                 }
                 // SAFETY: 64-byte local arrays.
                 unsafe {
-                    Chunk {
+                    Span {
                         gather: _mm512_loadu_si512(gather.as_ptr() as *const __m512i),
                         shift: _mm512_loadu_si512(shift.as_ptr() as *const __m512i),
                         masks,
@@ -108,7 +109,7 @@ impl Plan {
         let bytes = layout.bytes();
         Plan {
             layout: *layout,
-            chunks,
+            spans,
             row_mask: if bytes >= 64 {
                 u64::MAX
             } else {
@@ -117,6 +118,19 @@ impl Plan {
         }
     }
 }
+
+/// The int16 lanes that deal a span's 32 query coordinates to its two registers: the even
+/// ones, then the odd ones, each to both 256-bit halves.
+static DEAL: [[u16; 32]; 2] = {
+    let mut t = [[0u16; 32]; 2];
+    let mut i = 0;
+    while i < 32 {
+        t[0][i] = (2 * (i % 16)) as u16;
+        t[1][i] = (2 * (i % 16) + 1) as u16;
+        i += 1;
+    }
+    t
+};
 
 /// 0, 1, ..., 63.
 static IOTA: [u8; 64] = {
@@ -232,22 +246,29 @@ unsafe fn pass<const H: usize>(
     stride: usize,
 ) {
     let len = query_len(r.layout);
-    let chunks = plan.chunks.as_slice();
-    // Each head's query with every 16 coordinates in both halves of a register (chunk z of
-    // head h at z · H + h), and the bias its sums carry.
-    let mut doubled = MaybeUninit::<[__m512i; HEADS * MAX_CHUNKS]>::uninit();
+    let spans = plan.spans.as_slice();
+    // Each head's query as the lanes hold it: per span, its even coordinates in both halves
+    // of a register, then its odd ones (span z, parity e, head h at (2z + e) · H + h); and
+    // the bias its sums carry.
+    let mut doubled = MaybeUninit::<[__m512i; 2 * HEADS * MAX_SPANS]>::uninit();
     let doubled = doubled.as_mut_ptr() as *mut __m512i;
+    // SAFETY: 64-byte static.
+    let [evens, odds] = unsafe {
+        [&DEAL[0], &DEAL[1]].map(|v| _mm512_loadu_si512(v.as_ptr() as *const __m512i))
+    };
     let mut bias = [0i32; H];
     for (h, bias) in bias.iter_mut().enumerate() {
         let q = queries.head(h0 + h, len);
         // The padding is zeros, so this is the sum over the lanes.
         *bias = BIAS * q.iter().map(|&v| v as i32).sum::<i32>();
-        for z in 0..chunks.len() {
-            // SAFETY: chunk z's 16 int16s lie inside the query (len = 16 · chunks); z · H + h
-            // is inside `doubled` (H ≤ HEADS, chunks ≤ MAX_CHUNKS).
+        for z in 0..spans.len() {
+            let mask = ((1u64 << (len - z * SPAN).min(SPAN)) - 1) as __mmask32;
+            // SAFETY: the masked lanes lie inside the query (len int16s); (2z + 1) · H + h is
+            // inside `doubled` (H ≤ HEADS, spans ≤ MAX_SPANS).
             unsafe {
-                let v = _mm256_loadu_si256(q.as_ptr().add(z * SLOT) as *const __m256i);
-                doubled.add(z * H + h).write(_mm512_broadcast_i64x4(v));
+                let v = _mm512_maskz_loadu_epi16(mask, q.as_ptr().add(z * SPAN));
+                doubled.add(2 * z * H + h).write(_mm512_permutexvar_epi16(evens, v));
+                doubled.add((2 * z + 1) * H + h).write(_mm512_permutexvar_epi16(odds, v));
             }
         }
     }
@@ -289,21 +310,29 @@ unsafe fn pass<const H: usize>(
                 )
             };
             let mut acc = [_mm512_setzero_si512(); H];
-            for (z, c) in chunks.iter().enumerate() {
-                let code = _mm512_multishift_epi64_epi8(c.shift, _mm512_permutex2var_epi8(a, c.gather, b));
-                let levels = if c.masks[0] != 0 {
-                    let first = _mm512_maskz_permutexvar_epi8(c.masks[0], code, tables[0]);
-                    if c.masks[1] != 0 {
-                        _mm512_mask_permutexvar_epi8(first, c.masks[1], code, tables[1])
+            for (z, span) in spans.iter().enumerate() {
+                let code = _mm512_multishift_epi64_epi8(
+                    span.shift,
+                    _mm512_permutex2var_epi8(a, span.gather, b),
+                );
+                let levels = if span.masks[0] != 0 {
+                    let first = _mm512_maskz_permutexvar_epi8(span.masks[0], code, tables[0]);
+                    if span.masks[1] != 0 {
+                        _mm512_mask_permutexvar_epi8(first, span.masks[1], code, tables[1])
                     } else {
                         first
                     }
                 } else {
-                    _mm512_maskz_permutexvar_epi8(c.masks[1], code, tables[1])
+                    _mm512_maskz_permutexvar_epi8(span.masks[1], code, tables[1])
                 };
+                let even = _mm512_and_si512(levels, _mm512_set1_epi16(0xff));
+                let odd = _mm512_srli_epi16::<8>(levels);
                 for (h, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: chunk z of head h lies inside `doubled` (written above).
-                    *acc = _mm512_dpwssd_epi32(*acc, levels, unsafe { *doubled.add(z * H + h) });
+                    // SAFETY: span z of head h lies inside `doubled` (written above).
+                    unsafe {
+                        *acc = _mm512_dpwssd_epi32(*acc, even, *doubled.add(2 * z * H + h));
+                        *acc = _mm512_dpwssd_epi32(*acc, odd, *doubled.add((2 * z + 1) * H + h));
+                    }
                 }
             }
             for (s, a) in sums.iter_mut().zip(acc) {
