@@ -20,8 +20,10 @@
 //!
 //! The plan (gather indices, shift controls, group masks) depends on the layout only and is
 //! built once per thread and layout; a call builds the two tables and the heads' duplicated
-//! queries. Needs AVX-512 VBMI and VNNI on top of F/BW/VL (checked at run time) and rows of at
-//! most 64 bytes (head dim 128 at 4 bits); otherwise the AVX2 kernel runs.
+//! queries. A row of up to 64 bytes (head dim 128 at 4 bits) is loaded once per pair; a longer
+//! one (up to 128 bytes: head dim 256) once per span, 64 bytes from the span's first code. Needs
+//! AVX-512 VBMI and VNNI on top of F/BW/VL (checked at run time); without them the AVX2 kernel
+//! runs.
 
 use super::{IntQueries, IntRows};
 
@@ -37,7 +39,7 @@ pub unsafe fn score_codes_int(
     scores: &mut [f32],
     stride: usize,
 ) {
-    if paired::cpu_has_vbmi_vnni() && paired::fits(r.layout) {
+    if paired::cpu_has_vbmi_vnni() {
         // SAFETY: VBMI and VNNI detected just now; shapes checked by the caller.
         unsafe { paired::score(r, queries, scores, stride) }
     } else {

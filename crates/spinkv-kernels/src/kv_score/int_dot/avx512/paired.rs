@@ -13,8 +13,9 @@ const SPAN: usize = 32;
 const BLOCK: usize = 16;
 /// Row pairs per block.
 const PAIRS: usize = BLOCK / 2;
-/// Bytes of a row at most (one register).
-const MAX_ROW_BYTES: usize = 64;
+/// Bytes of a row loaded once per pair at most (one register); longer rows are loaded per
+/// span.
+const WHOLE_ROW_BYTES: usize = 64;
 /// Spans per row at most.
 const MAX_SPANS: usize = (MAX_INT_DIM + 2 * GROUP).div_ceil(SPAN);
 /// Query heads per pass over the rows (their sums stay in registers).
@@ -27,18 +28,17 @@ pub(super) fn cpu_has_vbmi_vnni() -> bool {
     is_x86_feature_detected!("avx512vbmi") && is_x86_feature_detected!("avx512vnni")
 }
 
-/// Whether a row of `layout` fits one register (the integer scan's other limits hold already).
-pub(super) fn fits(layout: &CodeLayout) -> bool {
-    layout.bytes() <= MAX_ROW_BYTES
-}
-
 /// One gather's cut: 32 codes of row A in bytes 0..32, the same 32 of row B in bytes 32..64
 /// (padded query coordinates `32z..32z + 32` of span `z`), 8 consecutive codes to a 64-bit
 /// lane; the even bytes become one register of int16 levels, the odd bytes another.
 #[derive(Clone, Copy)]
 struct Span {
+    /// Byte of the row where the span's load starts (0 when the row is loaded whole).
+    at: usize,
+    /// The row's bytes from `at`, for a per-span masked load.
+    load: u64,
     /// Per byte: the byte of A (0..64) or of B (64..128) the gather puts there — the 8 bytes
-    /// from the one where the lane's first code starts.
+    /// from the one where the lane's first code starts (counted from `at`).
     gather: __m512i,
     /// Per byte: the bit of its 64-bit lane where its code starts.
     shift: __m512i,
@@ -50,8 +50,10 @@ struct Span {
 struct Plan {
     layout: CodeLayout,
     spans: Vec<Span>,
-    /// The row's bytes, for the masked loads.
+    /// The row's bytes, for the masked loads of a whole row.
     row_mask: u64,
+    /// Rows of more than 64 bytes: each span loads its own 64 bytes.
+    per_span: bool,
 }
 
 thread_local! {
@@ -70,28 +72,52 @@ fn code_bit(layout: &CodeLayout, pad_hi: usize, p: usize) -> Option<(usize, usiz
     }
 }
 
+/// The first `n` bytes of a register (all 64 from `n = 64` on).
+fn mask_of(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1 << n) - 1
+    }
+}
+
 impl Plan {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     fn new(layout: &CodeLayout) -> Self {
         let [pad_hi, _] = padded(layout);
+        let bytes = layout.bytes();
+        let per_span = bytes > WHOLE_ROW_BYTES;
         let spans = (0..query_len(layout).div_ceil(SPAN))
             .map(|z| {
                 let (mut gather, mut shift, mut masks) = ([0u8; 64], [0u8; 64], [0u64; 2]);
+                // A span's codes are at most 32 · 4 consecutive bits (a group ends on a byte,
+                // the next starts there): 16 bytes and the next from its first code's byte.
+                let at = if per_span {
+                    (0..SPAN)
+                        .find_map(|i| code_bit(layout, pad_hi, z * SPAN + i))
+                        .map_or(0, |(bit, _)| bit / 8)
+                } else {
+                    0
+                };
                 for lane in 0..4 {
                     // 8 codes of one group (groups are padded to 16), at most 8 · 4 + 7 bits
                     // from the first one's byte.
                     let codes: [Option<(usize, usize)>; 8] = core::array::from_fn(|i| {
                         code_bit(layout, pad_hi, z * SPAN + 8 * lane + i)
                     });
-                    let start = codes.iter().flatten().next().map_or(0, |&(bit, _)| bit / 8);
+                    let start = codes
+                        .iter()
+                        .flatten()
+                        .next()
+                        .map_or(at, |&(bit, _)| bit / 8);
                     for slot in 0..2 {
                         for (i, code) in codes.iter().enumerate() {
-                            let at = 32 * slot + 8 * lane + i;
+                            let byte = 32 * slot + 8 * lane + i;
                             // Bytes past the row's end are zeros of the masked load.
-                            gather[at] = ((start + i).min(63) + 64 * slot) as u8;
+                            gather[byte] = ((start - at + i).min(63) + 64 * slot) as u8;
                             if let Some((bit, g)) = *code {
-                                shift[at] = (bit - 8 * start) as u8;
-                                masks[g] |= 1 << at;
+                                shift[byte] = (bit - 8 * start) as u8;
+                                masks[g] |= 1 << byte;
                             }
                         }
                     }
@@ -99,6 +125,8 @@ impl Plan {
                 // SAFETY: 64-byte local arrays.
                 unsafe {
                     Span {
+                        at,
+                        load: mask_of(bytes - at),
                         gather: _mm512_loadu_si512(gather.as_ptr() as *const __m512i),
                         shift: _mm512_loadu_si512(shift.as_ptr() as *const __m512i),
                         masks,
@@ -106,15 +134,11 @@ impl Plan {
                 }
             })
             .collect();
-        let bytes = layout.bytes();
         Plan {
             layout: *layout,
             spans,
-            row_mask: if bytes >= 64 {
-                u64::MAX
-            } else {
-                (1 << bytes) - 1
-            },
+            row_mask: mask_of(bytes),
+            per_span,
         }
     }
 }
@@ -182,7 +206,7 @@ fn reduce(acc: &[__m512i; PAIRS]) -> __m512i {
 }
 
 /// # Safety
-/// CPU must support AVX-512 F/BW/VL/VBMI/VNNI (+AVX2/FMA/F16C); `fits(r.layout)`; shapes as
+/// CPU must support AVX-512 F/BW/VL/VBMI/VNNI (+AVX2/FMA/F16C); shapes as
 /// checked by `super::super::score_codes_int`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn score(r: IntRows<'_>, queries: IntQueries<'_>, scores: &mut [f32], stride: usize) {
@@ -220,23 +244,28 @@ unsafe fn score_planned(
         let heads = (queries.n_qh - h0).min(HEADS);
         // SAFETY: as the caller vouches; heads h0..h0 + heads exist.
         unsafe {
-            match heads {
-                1 => pass::<1>(plan, &tables, r, queries, h0, scores, stride),
-                2 => pass::<2>(plan, &tables, r, queries, h0, scores, stride),
-                3 => pass::<3>(plan, &tables, r, queries, h0, scores, stride),
-                _ => pass::<HEADS>(plan, &tables, r, queries, h0, scores, stride),
+            match (heads, plan.per_span) {
+                (1, false) => pass::<1, false>(plan, &tables, r, queries, h0, scores, stride),
+                (2, false) => pass::<2, false>(plan, &tables, r, queries, h0, scores, stride),
+                (3, false) => pass::<3, false>(plan, &tables, r, queries, h0, scores, stride),
+                (_, false) => pass::<HEADS, false>(plan, &tables, r, queries, h0, scores, stride),
+                (1, true) => pass::<1, true>(plan, &tables, r, queries, h0, scores, stride),
+                (2, true) => pass::<2, true>(plan, &tables, r, queries, h0, scores, stride),
+                (3, true) => pass::<3, true>(plan, &tables, r, queries, h0, scores, stride),
+                (_, true) => pass::<HEADS, true>(plan, &tables, r, queries, h0, scores, stride),
             }
         }
         h0 += heads;
     }
 }
 
-/// Scores every row for query heads `h0..h0 + H`; `r.scales` is not empty.
+/// Scores every row for query heads `h0..h0 + H`; `r.scales` is not empty; `PER_SPAN` is
+/// `plan.per_span`.
 ///
 /// # Safety
 /// As [`score_planned`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
-unsafe fn pass<const H: usize>(
+unsafe fn pass<const H: usize, const PER_SPAN: bool>(
     plan: &Plan,
     tables: &[__m512i; 2],
     r: IntRows<'_>,
@@ -301,16 +330,28 @@ unsafe fn pass<const H: usize>(
                 }
                 continue;
             }
+            let (row_a, row_b) = (at[low], at[low + 4]);
             // SAFETY: both rows are whole rows inside their pages (shapes checked by the
             // caller), read only up to their `bytes`.
-            let (a, b) = unsafe {
-                (
-                    _mm512_maskz_loadu_epi8(plan.row_mask, at[low] as *const i8),
-                    _mm512_maskz_loadu_epi8(plan.row_mask, at[low + 4] as *const i8),
-                )
+            let (mut a, mut b) = if PER_SPAN {
+                (_mm512_setzero_si512(), _mm512_setzero_si512())
+            } else {
+                unsafe {
+                    (
+                        _mm512_maskz_loadu_epi8(plan.row_mask, row_a as *const i8),
+                        _mm512_maskz_loadu_epi8(plan.row_mask, row_b as *const i8),
+                    )
+                }
             };
             let mut acc = [_mm512_setzero_si512(); H];
             for (z, span) in spans.iter().enumerate() {
+                if PER_SPAN {
+                    // SAFETY: `at` is inside the row, `load` stops at its end.
+                    unsafe {
+                        a = _mm512_maskz_loadu_epi8(span.load, row_a.add(span.at) as *const i8);
+                        b = _mm512_maskz_loadu_epi8(span.load, row_b.add(span.at) as *const i8);
+                    }
+                }
                 let code = _mm512_multishift_epi64_epi8(
                     span.shift,
                     _mm512_permutex2var_epi8(a, span.gather, b),
