@@ -20,8 +20,9 @@
 //!
 //! The plan (gather indices, shift controls, group masks) depends on the layout only and is
 //! built once per thread and layout; a call builds the two tables and the heads' duplicated
-//! queries. A row of up to 64 bytes (head dim 128 at 4 bits) is loaded once per pair; a longer
-//! one (up to 128 bytes: head dim 256) once per span, 64 bytes from the span's first code. Needs
+//! queries. A row of up to 64 bytes (head dim 128 at 4 bits) is loaded once per pair (a 256-bit load
+//! up to 32 bytes); a longer one (up to 128 bytes: head dim 256) once per span, 32 bytes from
+//! the span's first code (a 256-bit load: 64-byte ones measured ~12 % slower there). Needs
 //! AVX-512 VBMI and VNNI on top of F/BW/VL (checked at run time); without them the AVX2 kernel
 //! runs.
 
