@@ -16,8 +16,10 @@ const PAIRS: usize = BLOCK / 2;
 /// Bytes of a row loaded once per pair at most (one register); longer rows are loaded per
 /// span.
 const WHOLE_ROW_BYTES: usize = 64;
-/// Spans per row at most.
+/// Spans per row at most (of the 16-code spans of four rows per register, rows ≤ 32 bytes).
 const MAX_SPANS: usize = (MAX_INT_DIM + 2 * GROUP).div_ceil(SPAN);
+/// Rows of up to this many bytes go four to a register.
+const QUAD_ROW_BYTES: usize = 32;
 /// Query heads per pass over the rows (their sums stay in registers).
 const HEADS: usize = 4;
 /// Added to an int8 level to make it an unsigned byte (zero-extended, no sign fix-up).
@@ -52,8 +54,11 @@ struct Plan {
     spans: Vec<Span>,
     /// The row's bytes, for the masked loads of a whole row.
     row_mask: u64,
-    /// Rows of more than 64 bytes: each span loads its own 64 bytes.
+    /// Rows of more than 64 bytes: each span loads its own 32 bytes.
     per_span: bool,
+    /// Rows of at most 32 bytes: four to a register (16 codes of each per span), one per
+    /// 128-bit quarter.
+    quad: bool,
 }
 
 thread_local! {
@@ -87,36 +92,42 @@ impl Plan {
         let [pad_hi, _] = padded(layout);
         let bytes = layout.bytes();
         let per_span = bytes > WHOLE_ROW_BYTES;
-        let spans = (0..query_len(layout).div_ceil(SPAN))
+        let quad = bytes <= QUAD_ROW_BYTES;
+        // Rows per register, codes of a row per span.
+        let (rows, span) = if quad { (4, SPAN / 2) } else { (2, SPAN) };
+        let spans = (0..query_len(layout).div_ceil(span))
             .map(|z| {
                 let (mut gather, mut shift, mut masks) = ([0u8; 64], [0u8; 64], [0u64; 2]);
                 // A span's codes are at most 32 · 4 consecutive bits (a group ends on a byte,
                 // the next starts there): 16 bytes and the next from its first code's byte.
                 // A per-span load is 32 bytes (the span's 16 and the lanes' 8-byte windows).
-                let window = if per_span { 32 } else { 64 };
+                let window = if per_span || quad { 32 } else { 64 };
                 let at = if per_span {
-                    (0..SPAN)
-                        .find_map(|i| code_bit(layout, pad_hi, z * SPAN + i))
+                    (0..span)
+                        .find_map(|i| code_bit(layout, pad_hi, z * span + i))
                         .map_or(0, |(bit, _)| bit / 8)
                 } else {
                     0
                 };
-                for lane in 0..4 {
+                for lane in 0..8 / rows {
                     // 8 codes of one group (groups are padded to 16), at most 8 · 4 + 7 bits
                     // from the first one's byte.
                     let codes: [Option<(usize, usize)>; 8] = core::array::from_fn(|i| {
-                        code_bit(layout, pad_hi, z * SPAN + 8 * lane + i)
+                        code_bit(layout, pad_hi, z * span + 8 * lane + i)
                     });
                     let start = codes
                         .iter()
                         .flatten()
                         .next()
                         .map_or(at, |&(bit, _)| bit / 8);
-                    for slot in 0..2 {
+                    for slot in 0..rows {
                         for (i, code) in codes.iter().enumerate() {
-                            let byte = 32 * slot + 8 * lane + i;
-                            // Bytes past the row's end are zeros of the masked load.
-                            gather[byte] = ((start - at + i).min(window - 1) + 64 * slot) as u8;
+                            let byte = 64 / rows * slot + 8 * lane + i;
+                            // Bytes past the row's end are zeros of the masked load; row `slot`
+                            // is at byte 64 · slot of the sources (pairs) or 32 · slot (quads:
+                            // two rows per source, one per 256-bit half).
+                            let source = 128 / rows * slot;
+                            gather[byte] = ((start - at + i).min(window - 1) + source) as u8;
                             if let Some((bit, g)) = *code {
                                 shift[byte] = (bit - 8 * start) as u8;
                                 masks[g] |= 1 << byte;
@@ -141,6 +152,7 @@ impl Plan {
             spans,
             row_mask: mask_of(bytes),
             per_span,
+            quad,
         }
     }
 }
@@ -153,6 +165,19 @@ static DEAL: [[u16; 32]; 2] = {
     while i < 32 {
         t[0][i] = (2 * (i % 16)) as u16;
         t[1][i] = (2 * (i % 16) + 1) as u16;
+        i += 1;
+    }
+    t
+};
+
+/// [`DEAL`] for four rows to a register: a 16-code span's even coordinates in every 128-bit
+/// quarter, then its odd ones.
+static DEAL_QUAD: [[u16; 32]; 2] = {
+    let mut t = [[0u16; 32]; 2];
+    let mut i = 0;
+    while i < 32 {
+        t[0][i] = (2 * (i % 8)) as u16;
+        t[1][i] = (2 * (i % 8) + 1) as u16;
         i += 1;
     }
     t
@@ -187,17 +212,34 @@ fn table(levels: &[i8; 16], width: u32) -> __m512i {
     _mm512_permutexvar_epi8(index, biased)
 }
 
+/// Per 128-bit quarter, 4 int32 lanes of `x` and `y` folded to 2 each: `[x0+x2, y0+y2, x1+x3,
+/// y1+y3]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn fold32(x: __m512i, y: __m512i) -> __m512i {
+    _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y))
+}
+
+/// Per 128-bit quarter, two pairs of [`fold32`] results folded to one lane each.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn fold64(x: __m512i, y: __m512i) -> __m512i {
+    _mm512_add_epi32(_mm512_unpacklo_epi64(x, y), _mm512_unpackhi_epi64(x, y))
+}
+
+/// The 16 row sums of a block from its 4 quads' accumulators (quad `i`: row `4k + i` in
+/// quarter `k`), in row order: 9 instructions per 16 rows.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn reduce_quads(acc: &[__m512i; PAIRS]) -> __m512i {
+    fold64(fold32(acc[0], acc[1]), fold32(acc[2], acc[3]))
+}
+
 /// The 16 row sums of a block from its 8 pairs' accumulators (pair `i`: rows `(i / 4) · 8 +
 /// i % 4` in the low half, 4 rows later in the high half), in row order.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn reduce(acc: &[__m512i; PAIRS]) -> __m512i {
-    let fold32 = |x: __m512i, y: __m512i| {
-        _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y))
-    };
-    let fold64 = |x: __m512i, y: __m512i| {
-        _mm512_add_epi32(_mm512_unpacklo_epi64(x, y), _mm512_unpackhi_epi64(x, y))
-    };
     // Per 128-bit quarter: one partial of pairs 0..4 (4..8); quarters 0, 1 hold the low rows.
     let first = fold64(fold32(acc[0], acc[1]), fold32(acc[2], acc[3]));
     let second = fold64(fold32(acc[4], acc[5]), fold32(acc[6], acc[7]));
@@ -242,32 +284,41 @@ unsafe fn score_planned(
         table(&r.levels.lo, r.layout.lo),
     ];
     let mut h0 = 0;
+    macro_rules! go {
+        ($h:expr, $per_span:expr, $quad:expr) => {
+            pass::<$h, $per_span, $quad>(plan, &tables, r, queries, h0, scores, stride)
+        };
+    }
     while h0 < queries.n_qh {
         let heads = (queries.n_qh - h0).min(HEADS);
         // SAFETY: as the caller vouches; heads h0..h0 + heads exist.
         unsafe {
-            match (heads, plan.per_span) {
-                (1, false) => pass::<1, false>(plan, &tables, r, queries, h0, scores, stride),
-                (2, false) => pass::<2, false>(plan, &tables, r, queries, h0, scores, stride),
-                (3, false) => pass::<3, false>(plan, &tables, r, queries, h0, scores, stride),
-                (_, false) => pass::<HEADS, false>(plan, &tables, r, queries, h0, scores, stride),
-                (1, true) => pass::<1, true>(plan, &tables, r, queries, h0, scores, stride),
-                (2, true) => pass::<2, true>(plan, &tables, r, queries, h0, scores, stride),
-                (3, true) => pass::<3, true>(plan, &tables, r, queries, h0, scores, stride),
-                (_, true) => pass::<HEADS, true>(plan, &tables, r, queries, h0, scores, stride),
+            match (heads, plan.per_span, plan.quad) {
+                (1, false, true) => go!(1, false, true),
+                (2, false, true) => go!(2, false, true),
+                (3, false, true) => go!(3, false, true),
+                (_, false, true) => go!(HEADS, false, true),
+                (1, false, _) => go!(1, false, false),
+                (2, false, _) => go!(2, false, false),
+                (3, false, _) => go!(3, false, false),
+                (_, false, _) => go!(HEADS, false, false),
+                (1, true, _) => go!(1, true, false),
+                (2, true, _) => go!(2, true, false),
+                (3, true, _) => go!(3, true, false),
+                (_, true, _) => go!(HEADS, true, false),
             }
         }
         h0 += heads;
     }
 }
 
-/// Scores every row for query heads `h0..h0 + H`; `r.scales` is not empty; `PER_SPAN` is
-/// `plan.per_span`.
+/// Scores every row for query heads `h0..h0 + H`; `r.scales` is not empty; `PER_SPAN` and
+/// `QUAD` are the plan's.
 ///
 /// # Safety
 /// As [`score_planned`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
-unsafe fn pass<const H: usize, const PER_SPAN: bool>(
+unsafe fn pass<const H: usize, const PER_SPAN: bool, const QUAD: bool>(
     plan: &Plan,
     tables: &[__m512i; 2],
     r: IntRows<'_>,
@@ -278,14 +329,16 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool>(
 ) {
     let len = query_len(r.layout);
     let spans = plan.spans.as_slice();
-    // Each head's query as the lanes hold it: per span, its even coordinates in both halves
-    // of a register, then its odd ones (span z, parity e, head h at (2z + e) · H + h); and
-    // the bias its sums carry.
+    let span_len = if QUAD { SPAN / 2 } else { SPAN };
+    // Each head's query as the lanes hold it: per span, its even coordinates in every row's
+    // part of a register, then its odd ones (span z, parity e, head h at (2z + e) · H + h);
+    // and the bias its sums carry.
     let mut doubled = MaybeUninit::<[__m512i; 2 * HEADS * MAX_SPANS]>::uninit();
     let doubled = doubled.as_mut_ptr() as *mut __m512i;
     // SAFETY: 64-byte static.
     let [evens, odds] = unsafe {
-        [&DEAL[0], &DEAL[1]].map(|v| _mm512_loadu_si512(v.as_ptr() as *const __m512i))
+        let deal = if QUAD { &DEAL_QUAD } else { &DEAL };
+        [&deal[0], &deal[1]].map(|v| _mm512_loadu_si512(v.as_ptr() as *const __m512i))
     };
     let mut bias = [0i32; H];
     for (h, bias) in bias.iter_mut().enumerate() {
@@ -293,11 +346,11 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool>(
         // The padding is zeros, so this is the sum over the lanes.
         *bias = BIAS * q.iter().map(|&v| v as i32).sum::<i32>();
         for z in 0..spans.len() {
-            let mask = ((1u64 << (len - z * SPAN).min(SPAN)) - 1) as __mmask32;
+            let mask = ((1u64 << (len - z * span_len).min(span_len)) - 1) as __mmask32;
             // SAFETY: the masked lanes lie inside the query (len int16s); (2z + 1) · H + h is
             // inside `doubled` (H ≤ HEADS, spans ≤ MAX_SPANS).
             unsafe {
-                let v = _mm512_maskz_loadu_epi16(mask, q.as_ptr().add(z * SPAN));
+                let v = _mm512_maskz_loadu_epi16(mask, q.as_ptr().add(z * span_len));
                 doubled.add(2 * z * H + h).write(_mm512_permutexvar_epi16(evens, v));
                 doubled.add((2 * z + 1) * H + h).write(_mm512_permutexvar_epi16(odds, v));
             }
@@ -324,8 +377,9 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool>(
         // Rows past the block's end load the first row again; their scores are not stored.
         let first = at[0];
         at[nb..].fill(first);
-        for i in 0..PAIRS {
-            let low = (i / 4) * 8 + i % 4;
+        // Pairs: rows `low` and `low + 4`; quads: rows `i + 4k`, k = 0..4.
+        for i in 0..if QUAD { BLOCK / 4 } else { PAIRS } {
+            let low = if QUAD { i } else { (i / 4) * 8 + i % 4 };
             if low >= nb {
                 for s in sums.iter_mut() {
                     s[i] = _mm512_setzero_si512();
@@ -335,7 +389,18 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool>(
             let (row_a, row_b) = (at[low], at[low + 4]);
             // SAFETY: both rows are whole rows inside their pages (shapes checked by the
             // caller), read only up to their `bytes`.
-            let (mut a, mut b) = if PER_SPAN {
+            let (mut a, mut b) = if QUAD {
+                // SAFETY: as above.
+                unsafe {
+                    let load = |row: *const u8| {
+                        _mm256_maskz_loadu_epi8(plan.row_mask as __mmask32, row as *const i8)
+                    };
+                    let two = |x: *const u8, y: *const u8| {
+                        _mm512_inserti64x4::<1>(_mm512_zextsi256_si512(load(x)), load(y))
+                    };
+                    (two(at[i], at[i + 4]), two(at[i + 8], at[i + 12]))
+                }
+            } else if PER_SPAN {
                 (_mm512_setzero_si512(), _mm512_setzero_si512())
             } else {
                 unsafe {
@@ -403,7 +468,8 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool>(
         let scale = unsafe { _mm512_maskz_loadu_ps(mask, r.scales.as_ptr().add(j0)) };
         for (h, s) in sums.iter().enumerate() {
             // Wrapping int32 sums: exact once the bias is off, whatever the order.
-            let sum = _mm512_sub_epi32(reduce(s), _mm512_set1_epi32(bias[h]));
+            let sum = if QUAD { reduce_quads(s) } else { reduce(s) };
+            let sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(bias[h]));
             let factor = _mm512_set1_ps(queries.factor(h0 + h));
             // The reference's `(factor · sum) · scale`, unfused.
             let out = _mm512_mul_ps(_mm512_mul_ps(factor, _mm512_cvtepi32_ps(sum)), scale);
