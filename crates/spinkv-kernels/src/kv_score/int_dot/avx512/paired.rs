@@ -16,8 +16,9 @@ const PAIRS: usize = BLOCK / 2;
 /// Bytes of a row loaded once per pair at most (one register); longer rows are loaded per
 /// span.
 const WHOLE_ROW_BYTES: usize = 64;
-/// Spans per row at most (of the 16-code spans of four rows per register, rows ≤ 32 bytes).
-const MAX_SPANS: usize = (MAX_INT_DIM + 2 * GROUP).div_ceil(SPAN);
+/// Spans per row at most: 16-code spans when rows go four to a register (rows of up to 32
+/// bytes still reach head dim 256 at 1 bit).
+const MAX_SPANS: usize = (MAX_INT_DIM + 2 * GROUP).div_ceil(SPAN / 2);
 /// Rows of up to this many bytes go four to a register.
 const QUAD_ROW_BYTES: usize = 32;
 /// Query heads per pass over the rows (their sums stay in registers).
@@ -95,7 +96,7 @@ impl Plan {
         let quad = bytes <= QUAD_ROW_BYTES;
         // Rows per register, codes of a row per span.
         let (rows, span) = if quad { (4, SPAN / 2) } else { (2, SPAN) };
-        let spans = (0..query_len(layout).div_ceil(span))
+        let spans: Vec<Span> = (0..query_len(layout).div_ceil(span))
             .map(|z| {
                 let (mut gather, mut shift, mut masks) = ([0u8; 64], [0u8; 64], [0u64; 2]);
                 // A span's codes are at most 32 · 4 consecutive bits (a group ends on a byte,
@@ -147,6 +148,8 @@ impl Plan {
                 }
             })
             .collect();
+        // The dealt queries' buffer holds MAX_SPANS spans per head.
+        assert!(spans.len() <= MAX_SPANS, "int_dot avx512: too many spans");
         Plan {
             layout: *layout,
             spans,
