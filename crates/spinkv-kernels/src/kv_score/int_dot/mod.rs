@@ -329,6 +329,16 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         CodeLayout::uniform(128, 3),
         CodeLayout::for_half_bits(MAX_INT_DIM, 7),
         CodeLayout::for_half_bits(MAX_INT_DIM, 5),
+        // The AVX-512 scan's edges: a 32-code span holding both groups, a 64-byte row (one
+        // whole register), the most spans (d 256 at 1 bit: 32-byte rows, four to a register).
+        CodeLayout {
+            d: 48,
+            n_hi: 16,
+            hi: 4,
+            lo: 3,
+        },
+        CodeLayout::uniform(MAX_INT_DIM, 2),
+        CodeLayout::uniform(MAX_INT_DIM, 1),
     ]);
     for (i, layout) in layouts.into_iter().enumerate() {
         for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 17)] {
