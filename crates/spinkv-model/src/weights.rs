@@ -148,6 +148,39 @@ impl Deref for Shard {
     }
 }
 
+/// A weight file's bytes in anonymous memory that the kernel may back with 2 MiB pages.
+///
+/// Why not map the file: decode reads every weight once per token, and through 4 KiB page-cache
+/// pages that is ~65k TLB misses per token for SmolLM2-135M's 269 MB. With transparent huge
+/// pages (Linux; `madvise` mode is the common default) the same reads ran ~12 % faster on an
+/// AMD EPYC Zen 4 (decode at depth 512, median of 4 interleaved pairs). Reading the file once
+/// costs about what `MAP_POPULATE` did. Where the kernel has no huge pages the advice is a no-op.
+#[cfg(not(target_arch = "wasm32"))]
+fn read_to_huge_pages(file: &std::fs::File) -> std::io::Result<Mmap> {
+    use std::io::Read;
+    let len = usize::try_from(file.metadata()?.len())
+        .map_err(|_| std::io::Error::other("file larger than the address space"))?;
+    if len == 0 {
+        // An empty map (the safetensors parser names what is missing); map_anon needs a length.
+        // SAFETY: a read-only map of an empty file: there are no bytes to change under us.
+        return unsafe { MmapOptions::new().map(file) };
+    }
+    let mut memory = MmapOptions::new().len(len).map_anon()?;
+    #[cfg(target_os = "linux")]
+    {
+        // Only a hint: without transparent huge pages the bytes sit in 4 KiB pages.
+        let _ = memory.advise(memmap2::Advice::HugePage);
+    }
+    let mut reader = file;
+    reader.read_exact(&mut memory[..len])?;
+    let mut tail = [0u8; 1];
+    if reader.read(&mut tail)? != 0 {
+        return Err(std::io::Error::other("the file grew while it was read"));
+    }
+    let memory = memory.make_read_only()?;
+    Ok(memory)
+}
+
 pub(crate) struct Weights {
     shards: Vec<Shard>,
     pub embed_tokens: Matrix,
@@ -219,16 +252,9 @@ impl Weights {
                 path: path.clone(),
                 source,
             })?;
-            // Populate (MAP_POPULATE on Linux) so the first token does not pay ~65k page faults;
-            // the file is read once either way.
-            // SAFETY: the mapping is read-only and lives as long as `Weights`. Like every
-            // mmap-based loader we rely on the model files not being truncated or rewritten
-            // while loaded; that is the one assumption Rust cannot check here.
-            let map = unsafe { MmapOptions::new().populate().map(&file) }.map_err(|source| {
-                ModelError::Io {
-                    path: path.clone(),
-                    source,
-                }
+            let map = read_to_huge_pages(&file).map_err(|source| ModelError::Io {
+                path: path.clone(),
+                source,
             })?;
             shards.push(Shard::Mapped(map));
         }
