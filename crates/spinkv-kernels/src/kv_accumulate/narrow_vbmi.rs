@@ -343,6 +343,40 @@ mod tests {
     use crate::kv_score::for_each_coded_block;
     use crate::test_util::{random_vec, Rng};
 
+    /// `start` plus the VBMI tile's sums over `block`'s first `rows` rows cut into pages of
+    /// `page_rows`, in runs of at most `narrow::MAX_PAGES` pages a call, as attention calls it.
+    ///
+    /// # Safety
+    /// VBMI and AVX-512 F/BW/VL; `narrow::applies` holds for the block's layout and heads;
+    /// `weights` has `stride` columns per head covering the rows.
+    unsafe fn accumulate_as_pages(
+        block: crate::codes::CodedRows<'_>,
+        rows: usize,
+        page_rows: usize,
+        weights: &[f32],
+        stride: usize,
+        start: &[f32],
+    ) -> Vec<f32> {
+        let bytes = block.layout.bytes();
+        let copies: Vec<Vec<u8>> = block.codes[..rows * bytes]
+            .chunks(page_rows * bytes)
+            .map(<[u8]>::to_vec)
+            .collect();
+        let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
+        let mut paged = start.to_vec();
+        let per_call = narrow::MAX_PAGES * page_rows;
+        for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
+            let first = i * per_call;
+            let scales = &block.scales[first..rows.min(first + per_call)];
+            let r = crate::codes::CodedRows::new(&[], block.layout, block.levels, scales);
+            // SAFETY: forwarded from the caller; the run's pages hold its rows.
+            unsafe {
+                super::accumulate_pages(run, page_rows, r, &weights[first..], stride, &mut paged)
+            };
+        }
+        paged
+    }
+
     /// The VBMI tile itself (the dispatcher would fall back to the AVX2 tile without VBMI),
     /// bit for bit against the reference: one block, and the same rows as runs of pages.
     #[test]
@@ -380,35 +414,11 @@ mod tests {
                 layout.d, layout.hi, layout.lo, layout.n_hi
             );
             assert_eq!(bits(&got), bits(&want), "block {what}");
-            let bytes = layout.bytes();
             for page_rows in [1usize, 5, 16] {
-                let copies: Vec<Vec<u8>> = block.codes[..rows * bytes]
-                    .chunks(page_rows * bytes)
-                    .map(<[u8]>::to_vec)
-                    .collect();
-                let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
-                let mut paged = start.clone();
-                let per_call = narrow::MAX_PAGES * page_rows;
-                for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
-                    let first = i * per_call;
-                    let r = crate::codes::CodedRows::new(
-                        &[],
-                        layout,
-                        block.levels,
-                        &block.scales[first..rows.min(first + per_call)],
-                    );
-                    // SAFETY: as above; the run's pages hold its rows.
-                    unsafe {
-                        super::accumulate_pages(
-                            run,
-                            page_rows,
-                            r,
-                            &weights[first..],
-                            stride,
-                            &mut paged,
-                        )
-                    };
-                }
+                // SAFETY: as above.
+                let paged = unsafe {
+                    accumulate_as_pages(block, rows, page_rows, &weights, stride, &start)
+                };
                 assert_eq!(bits(&paged), bits(&want), "pages of {page_rows} {what}");
             }
             ran += 1;
@@ -448,34 +458,10 @@ mod tests {
                 unsafe { super::accumulate(block, &weights, rows, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "one page d={d} {half_bits}/2 bits");
                 for page_rows in [64usize, 100] {
-                    let bytes = layout.bytes();
-                    let copies: Vec<Vec<u8>> = packed
-                        .chunks(page_rows * bytes)
-                        .map(<[u8]>::to_vec)
-                        .collect();
-                    let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
-                    let mut paged = start.clone();
-                    let per_call = narrow::MAX_PAGES * page_rows;
-                    for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
-                        let first = i * per_call;
-                        let r = crate::codes::CodedRows::new(
-                            &[],
-                            &layout,
-                            levels,
-                            &scales[first..rows.min(first + per_call)],
-                        );
-                        // SAFETY: as above; the run's pages hold its rows.
-                        unsafe {
-                            super::accumulate_pages(
-                                run,
-                                page_rows,
-                                r,
-                                &weights[first..],
-                                rows,
-                                &mut paged,
-                            )
-                        };
-                    }
+                    // SAFETY: as above.
+                    let paged = unsafe {
+                        accumulate_as_pages(block, rows, page_rows, &weights, rows, &start)
+                    };
                     assert_eq!(
                         bits(&paged),
                         bits(&want),
