@@ -343,8 +343,9 @@ mod tests {
     use crate::kv_score::for_each_coded_block;
     use crate::test_util::{random_vec, Rng};
 
-    /// `start` plus the VBMI tile's sums over `block`'s first `rows` rows cut into pages of
-    /// `page_rows`, in runs of at most `narrow::MAX_PAGES` pages a call, as attention calls it.
+    /// `start` plus the sums over `block`'s first `rows` rows cut into pages of `page_rows`,
+    /// through the dispatcher as attention calls it (runs of `narrow::MAX_PAGES` pages): with
+    /// VBMI present and `narrow::applies`, that is the VBMI tile.
     ///
     /// # Safety
     /// VBMI and AVX-512 F/BW/VL; `narrow::applies` holds for the block's layout and heads;
@@ -364,16 +365,20 @@ mod tests {
             .collect();
         let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
         let mut paged = start.to_vec();
-        let per_call = narrow::MAX_PAGES * page_rows;
-        for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
-            let first = i * per_call;
-            let scales = &block.scales[first..rows.min(first + per_call)];
-            let r = crate::codes::CodedRows::new(&[], block.layout, block.levels, scales);
-            // SAFETY: forwarded from the caller; the run's pages hold its rows.
-            unsafe {
-                super::accumulate_pages(run, page_rows, r, &weights[first..], stride, &mut paged)
-            };
-        }
+        // SAFETY: AVX-512 runs here (caller); the pages hold the rows' codes.
+        unsafe {
+            super::super::accumulate_code_pages_on(
+                crate::Isa::Avx512,
+                &pages,
+                page_rows,
+                block.layout,
+                block.levels,
+                &block.scales[..rows],
+                weights,
+                stride,
+                &mut paged,
+            )
+        };
         paged
     }
 
