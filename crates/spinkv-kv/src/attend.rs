@@ -1,13 +1,15 @@
 //! Causal GQA attention over a layer's pages with a streaming (online) softmax.
 //!
-//! Work is split into items of (KV head, query range, page range). An item walks its pages once,
-//! a tile at a time — one fp16 page, or a run of up to [`TILE_TOKENS`] tokens of consecutive
-//! sealed pages: it scores every query head of the group against the tile's keys (each key row
-//! is read once for the whole group), folds the tile's scores into a running max/sum per query
-//! head, and accumulates the tile's values with the resulting weights. Items over the same
-//! queries but different page ranges are merged afterwards (split-K), which is what keeps both
-//! cores busy during decode. Scratch per item is one tile of scores per query head plus a few
-//! rows; nothing the size of the history is ever materialised.
+//! Work is split into items of (query range, page range). An item walks its pages once, a tile
+//! at a time — one fp16 page, or a run of up to [`TILE_TOKENS`] tokens of consecutive sealed
+//! pages — and handles every KV head inside the tile: it scores every query head of the head's
+//! group against the tile's keys (each key row is read once for the whole group), folds the
+//! tile's scores into a running max/sum per query head, and accumulates the tile's values with
+//! the resulting weights. A page holds all KV heads (head-major sections), so taking the heads
+//! inside the tile reads each page whole and in one place, and the next tile can be prefetched
+//! as whole pages. Items over the same queries but different page ranges are merged afterwards
+//! (split-K), which is what keeps both cores busy during decode. Scratch per item is one tile of
+//! scores per query head plus a few rows; nothing the size of the history is ever materialised.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -30,9 +32,9 @@ use crate::table::{LayerTable, PageKind, Segment};
 /// head-dim-64 model is just above it.)
 pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 18;
 
-/// Items per pool thread and KV head when splitting: equal-sized items, a multiple of the
-/// thread count, several per thread to even out a core that is busy elsewhere.
-const ITEMS_PER_THREAD_AND_HEAD: usize = 2;
+/// Items per pool thread when splitting: equal-sized items, a multiple of the thread count,
+/// several per thread to even out a core that is busy elsewhere.
+const ITEMS_PER_THREAD: usize = 2;
 
 /// Tokens of sealed pages scanned as one tile: consecutive sealed pages are scored, folded
 /// into the softmax and accumulated together (up to [`MAX_RUN_PAGES`] pages), so the per-call
@@ -137,8 +139,9 @@ impl<'a> Partial<'a> {
     }
 }
 
+/// One unit of parallel work: every KV head, for `queries` against the keys of `segments`.
+/// Its state is one [`Partial`] per KV head, in head order.
 struct Item {
-    kv_head: usize,
     queries: Range<usize>,
     segments: Range<usize>,
 }
@@ -161,20 +164,20 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     let parallel = threads > 1 && work >= PARALLEL_MIN_WORK;
 
     let items = plan_items(
-        shape.n_kv_heads,
         job.n,
         n_segments,
         if parallel {
-            ITEMS_PER_THREAD_AND_HEAD * threads * shape.n_kv_heads
+            ITEMS_PER_THREAD * threads
         } else {
             1
         },
     );
     // Every item's state at the same stride (query ranges differ by at most one query).
     let max_qh = items.iter().map(|it| it.queries.len()).max().unwrap_or(0) * group;
-    let stride = Partial::len(max_qh, d);
+    let head_stride = Partial::len(max_qh, d);
+    let stride = shape.n_kv_heads * head_stride;
     let mut states = vec![0.0f32; items.len() * stride];
-    let run = |(item, state): (&Item, &mut [f32])| run_item(job, item, state);
+    let run = |(item, state): (&Item, &mut [f32])| run_item(job, item, state, head_stride);
     let per_thread: usize = if parallel {
         items
             .par_iter()
@@ -191,36 +194,38 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     // Merge split-K partials in order and write the outputs.
     let mut finished = vec![0.0f32; d];
     scratch += finished.len() * 4;
-    let mut runs = states.chunks_mut(stride);
     let mut i = 0;
     while i < items.len() {
-        let (kv_head, queries) = (items[i].kv_head, items[i].queries.clone());
+        let queries = items[i].queries.clone();
         let mut j = i + 1;
-        while j < items.len() && items[j].kv_head == kv_head && items[j].queries == queries {
+        while j < items.len() && items[j].queries == queries {
             j += 1;
         }
         let n_qh = queries.len() * group;
-        let mut total = Partial::view(runs.next().expect("one state per item"), n_qh, d);
-        for _ in i + 1..j {
-            let other = Partial::view(runs.next().expect("one state per item"), n_qh, d);
-            total.merge(&other, d);
-        }
-        if let Some(codec) = job.codec {
-            timed(job.profile, Phase::ValueFinish, || {
-                codec.finish(job.layer, kv_head, total.acc_sealed)
-            });
-        }
-        for (qi, query) in queries.clone().enumerate() {
-            for h in 0..group {
-                let qh = qi * group + h;
-                let head = kv_head * group + h;
-                let dst = &mut out[(query * shape.n_heads + head) * d..][..d];
-                let l = total.l[qh];
-                let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
-                finished.copy_from_slice(&total.acc[qh * d..(qh + 1) * d]);
-                axpy_f32(1.0, &total.acc_sealed[qh * d..(qh + 1) * d], &mut finished);
-                for (o, f) in dst.iter_mut().zip(&finished) {
-                    *o = f * inv;
+        let (first, rest) = states[i * stride..j * stride].split_at_mut(stride);
+        for kv_head in 0..shape.n_kv_heads {
+            let head = kv_head * head_stride..(kv_head + 1) * head_stride;
+            let mut total = Partial::view(&mut first[head.clone()], n_qh, d);
+            for other in rest.chunks_mut(stride) {
+                total.merge(&Partial::view(&mut other[head.clone()], n_qh, d), d);
+            }
+            if let Some(codec) = job.codec {
+                timed(job.profile, Phase::ValueFinish, || {
+                    codec.finish(job.layer, kv_head, total.acc_sealed)
+                });
+            }
+            for (qi, query) in queries.clone().enumerate() {
+                for h in 0..group {
+                    let qh = qi * group + h;
+                    let head = kv_head * group + h;
+                    let dst = &mut out[(query * shape.n_heads + head) * d..][..d];
+                    let l = total.l[qh];
+                    let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
+                    finished.copy_from_slice(&total.acc[qh * d..(qh + 1) * d]);
+                    axpy_f32(1.0, &total.acc_sealed[qh * d..(qh + 1) * d], &mut finished);
+                    for (o, f) in dst.iter_mut().zip(&finished) {
+                        *o = f * inv;
+                    }
                 }
             }
         }
@@ -230,38 +235,34 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
 }
 
 /// Splits the work into about `target` items: query ranges first (prefill has plenty), then
-/// page ranges (decode has one query). Items of one (head, query range) are adjacent and in
-/// page order, as `attend`'s merge expects.
-fn plan_items(n_kv_heads: usize, n: usize, n_segments: usize, target: usize) -> Vec<Item> {
-    let per_head = target.div_ceil(n_kv_heads).max(1);
-    let query_chunks = per_head.min(n).max(1);
-    let segment_chunks = per_head.div_ceil(query_chunks).min(n_segments).max(1);
-    let mut items = Vec::with_capacity(n_kv_heads * query_chunks * segment_chunks);
-    for kv_head in 0..n_kv_heads {
-        for qc in 0..query_chunks {
-            let queries = qc * n / query_chunks..(qc + 1) * n / query_chunks;
-            for sc in 0..segment_chunks {
-                let segments =
-                    sc * n_segments / segment_chunks..(sc + 1) * n_segments / segment_chunks;
-                items.push(Item {
-                    kv_head,
-                    queries: queries.clone(),
-                    segments,
-                });
-            }
+/// page ranges (decode has one query). Items of one query range are adjacent and in page
+/// order, as `attend`'s merge expects.
+fn plan_items(n: usize, n_segments: usize, target: usize) -> Vec<Item> {
+    let target = target.max(1);
+    let query_chunks = target.min(n).max(1);
+    let segment_chunks = target.div_ceil(query_chunks).min(n_segments).max(1);
+    let mut items = Vec::with_capacity(query_chunks * segment_chunks);
+    for qc in 0..query_chunks {
+        let queries = qc * n / query_chunks..(qc + 1) * n / query_chunks;
+        for sc in 0..segment_chunks {
+            let segments = sc * n_segments / segment_chunks..(sc + 1) * n_segments / segment_chunks;
+            items.push(Item {
+                queries: queries.clone(),
+                segments,
+            });
         }
     }
     items
 }
 
-/// One item's online softmax into `state` (`Partial::len` floats at least); returns the
-/// scratch bytes it used.
-fn run_item(job: &AttendJob<'_>, item: &Item, state: &mut [f32]) -> usize {
+/// One item's online softmax into `state` (one [`Partial`] of at least `Partial::len` floats
+/// every `head_stride` floats, one per KV head); returns the scratch bytes it used.
+fn run_item(job: &AttendJob<'_>, item: &Item, state: &mut [f32], head_stride: usize) -> usize {
     SCRATCH.with(|cell| {
         // A re-entrant call on this thread (none today) would get its own buffer.
         match cell.try_borrow_mut() {
-            Ok(mut scratch) => run_item_with(job, item, state, &mut scratch),
-            Err(_) => run_item_with(job, item, state, &mut Vec::new()),
+            Ok(mut scratch) => run_item_with(job, item, state, head_stride, &mut scratch),
+            Err(_) => run_item_with(job, item, state, head_stride, &mut Vec::new()),
         }
     })
 }
@@ -270,16 +271,21 @@ fn run_item_with(
     job: &AttendJob<'_>,
     item: &Item,
     state: &mut [f32],
+    head_stride: usize,
     scratch: &mut Vec<f32>,
 ) -> usize {
     let shape = job.shape;
     let (d, group, page_tokens) = (shape.head_dim, shape.group_size(), job.page_tokens);
+    let n_kv_heads = shape.n_kv_heads;
     let n_q = item.queries.len();
     let n_qh = n_q * group;
     let first_pos = job.start + item.queries.start;
     let scale = 1.0 / (d as f32).sqrt();
     let mut laps = Laps::start(job.profile);
-    let mut state = Partial::init(&mut state[..Partial::len(n_qh, d)], n_qh, d);
+    let state_len = Partial::len(n_qh, d);
+    for head_state in state.chunks_mut(head_stride).take(n_kv_heads) {
+        Partial::init(&mut head_state[..state_len], n_qh, d);
+    }
 
     let sealed = job.codec.filter(|_| !job.table.sealed.is_empty());
     let prepared_len = sealed.map_or(0, |codec| codec.prepared_len(n_qh));
@@ -289,22 +295,28 @@ fn run_item_with(
         1
     };
     let tile_tokens = tile_pages * page_tokens;
-    let needed = n_qh * d + prepared_len + n_qh * tile_tokens;
+    let (queries_len, all_prepared_len) = (n_qh * d, prepared_len * n_kv_heads);
+    let needed = n_kv_heads * queries_len + all_prepared_len + n_qh * tile_tokens;
     if scratch.len() < needed {
         scratch.resize(needed, 0.0);
     }
-    let (queries, rest) = scratch[..needed].split_at_mut(n_qh * d);
-    let (prepared, scores) = rest.split_at_mut(prepared_len);
+    let (all_queries, rest) = scratch[..needed].split_at_mut(n_kv_heads * queries_len);
+    let (all_prepared, scores) = rest.split_at_mut(all_prepared_len);
 
-    // Pre-scaled queries of the group, `[query][head in group][d]`.
-    for (qi, query) in item.queries.clone().enumerate() {
-        let src = &job.q[(query * shape.n_heads + item.kv_head * group) * d..][..group * d];
-        let dst = &mut queries[qi * group * d..(qi + 1) * group * d];
-        dst.copy_from_slice(src);
-        scale_f32(dst, scale);
-    }
-    if let Some(codec) = sealed {
-        codec.prepare(job.layer, item.kv_head, queries, prepared);
+    // Pre-scaled queries of each KV head's group, `[kv head][query][head in group][d]`, and
+    // what the codec prepares from them.
+    for kv_head in 0..n_kv_heads {
+        let queries = &mut all_queries[kv_head * queries_len..][..queries_len];
+        for (qi, query) in item.queries.clone().enumerate() {
+            let src = &job.q[(query * shape.n_heads + kv_head * group) * d..][..group * d];
+            let dst = &mut queries[qi * group * d..(qi + 1) * group * d];
+            dst.copy_from_slice(src);
+            scale_f32(dst, scale);
+        }
+        if let Some(codec) = sealed {
+            let prepared = &mut all_prepared[kv_head * prepared_len..][..prepared_len];
+            codec.prepare(job.layer, kv_head, queries, prepared);
+        }
     }
     laps.lap(Phase::QueryTransform);
     let last_pos = first_pos + n_q.max(1) - 1;
@@ -347,75 +359,79 @@ fn run_item_with(
         }
         // Tokens of this tile any query of the item may see.
         let visible = tile.count.min(last_pos - tile.first + 1);
-        // Loads run two pages past the tile (one page's scan is shorter than a DRAM round
-        // trip under load; a whole tile ahead crowds L1).
-        let ahead = (index + n_pages + 2).min(end);
-        while prefetched < ahead {
-            prefetch_segment(job, item.kv_head, prefetched);
-            prefetched += 1;
-        }
+        // Loads run a tile's worth of pages past this tile: the scan of a tile, every head,
+        // outlasts a DRAM round trip, and the next tile's pages wait in L2. The hints are
+        // spread over the tile's key and value scans: issued at once they fill the CPU's miss
+        // queue and stall it.
+        let ahead = (index + n_pages + tile_pages).min(end);
+        let per_scan = (ahead.saturating_sub(prefetched)).div_ceil(2 * n_kv_heads);
         let rows = ScoreRows {
             n_qh,
             visible,
             stride: tile_tokens,
         };
-        match seg.kind {
-            PageKind::Fp16 => {
-                let page = job.fp16_pool.page(seg.page);
-                let keys = &job.fp16.keys(page, item.kv_head)[..visible * d];
-                kv_score::score_f16(keys, d, queries, scores, tile_tokens);
+        for kv_head in 0..n_kv_heads {
+            let queries = &all_queries[kv_head * queries_len..][..queries_len];
+            let prepared = &all_prepared[kv_head * prepared_len..][..prepared_len];
+            let mut state =
+                Partial::view(&mut state[kv_head * head_stride..][..state_len], n_qh, d);
+            prefetch_segments(job, &mut prefetched, per_scan, ahead);
+            match seg.kind {
+                PageKind::Fp16 => {
+                    let page = job.fp16_pool.page(seg.page);
+                    let keys = &job.fp16.keys(page, kv_head)[..visible * d];
+                    kv_score::score_f16(keys, d, queries, scores, tile_tokens);
+                }
+                PageKind::Sealed => {
+                    let codec = job.codec.expect("sealed pages imply a codec");
+                    codec.score_pages(&pages[..n_pages], kv_head, prepared, rows, scores);
+                }
             }
-            PageKind::Sealed => {
-                let codec = job.codec.expect("sealed pages imply a codec");
-                codec.score_pages(&pages[..n_pages], item.kv_head, prepared, rows, scores);
+            laps.lap(Phase::KeyScan);
+            softmax_step(
+                &tile,
+                first_pos,
+                job.window,
+                group,
+                tile_tokens,
+                visible,
+                scores,
+                &mut state,
+                d,
+            );
+            laps.lap(Phase::Softmax);
+            prefetch_segments(job, &mut prefetched, per_scan, ahead);
+            match seg.kind {
+                PageKind::Fp16 => {
+                    let page = job.fp16_pool.page(seg.page);
+                    let values = &job.fp16.values(page, kv_head)[..visible * d];
+                    kv_accumulate::accumulate_f16(values, d, scores, tile_tokens, state.acc);
+                }
+                PageKind::Sealed => {
+                    let codec = job.codec.expect("sealed pages imply a codec");
+                    let acc = &mut *state.acc_sealed;
+                    codec.accumulate_pages(&pages[..n_pages], kv_head, scores, rows, acc);
+                }
             }
+            laps.lap(Phase::ValueScan);
         }
-        laps.lap(Phase::KeyScan);
-        softmax_step(
-            &tile,
-            first_pos,
-            job.window,
-            group,
-            tile_tokens,
-            visible,
-            scores,
-            &mut state,
-            d,
-        );
-        laps.lap(Phase::Softmax);
-        match seg.kind {
-            PageKind::Fp16 => {
-                let page = job.fp16_pool.page(seg.page);
-                let values = &job.fp16.values(page, item.kv_head)[..visible * d];
-                kv_accumulate::accumulate_f16(values, d, scores, tile_tokens, state.acc);
-            }
-            PageKind::Sealed => {
-                let codec = job.codec.expect("sealed pages imply a codec");
-                let acc = &mut *state.acc_sealed;
-                codec.accumulate_pages(&pages[..n_pages], item.kv_head, scores, rows, acc);
-            }
-        }
-        laps.lap(Phase::ValueScan);
         index += n_pages;
     }
     4 * needed
 }
 
-/// Starts loading what the scan of segment `index` will read for `kv_head`.
-fn prefetch_segment(job: &AttendJob<'_>, kv_head: usize, index: usize) {
-    let seg = job.table.segment(index, job.page_tokens);
-    match seg.kind {
-        PageKind::Fp16 => {
-            let page = job.fp16_pool.page(seg.page);
-            let (keys, values) = (job.fp16.keys(page, kv_head), job.fp16.values(page, kv_head));
-            prefetch_read(bytemuck::cast_slice(keys));
-            prefetch_read(bytemuck::cast_slice(values));
-        }
-        PageKind::Sealed => {
-            if let Some(codec) = job.codec {
-                codec.prefetch(job.sealed_pool.page(seg.page), kv_head);
-            }
-        }
+/// Starts loading the pages of up to `count` segments from `*next` (not past `stop`), every
+/// head of them (the scan reads them whole), and moves `*next` past them.
+fn prefetch_segments(job: &AttendJob<'_>, next: &mut usize, count: usize, stop: usize) {
+    let stop = (*next + count).min(stop);
+    while *next < stop {
+        let seg = job.table.segment(*next, job.page_tokens);
+        let page = match seg.kind {
+            PageKind::Fp16 => job.fp16_pool.page(seg.page),
+            PageKind::Sealed => job.sealed_pool.page(seg.page),
+        };
+        prefetch_read(page);
+        *next += 1;
     }
 }
 
@@ -469,27 +485,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plans_cover_every_head_query_and_page_once() {
-        for (heads, n, segs, target) in [
-            (3, 1, 128, 8),
-            (3, 512, 16, 8),
-            (8, 1, 2, 8),
-            (2, 3, 0, 16),
-            (1, 1, 1, 1),
-        ] {
-            let items = plan_items(heads, n, segs, target);
-            let mut seen = vec![0u32; heads * n * segs.max(1)];
+    fn plans_cover_every_query_and_page_once() {
+        for (n, segs, target) in [(1, 128, 4), (512, 16, 4), (1, 2, 8), (3, 0, 16), (1, 1, 1)] {
+            let items = plan_items(n, segs, target);
+            let mut seen = vec![0u32; n * segs.max(1)];
             for it in &items {
                 for q in it.queries.clone() {
                     if segs == 0 {
-                        seen[it.kv_head * n + q] += 1;
+                        seen[q] += 1;
                     }
                     for s in it.segments.clone() {
-                        seen[(it.kv_head * n + q) * segs + s] += 1;
+                        seen[q * segs + s] += 1;
                     }
                 }
             }
-            assert!(seen.iter().all(|&c| c == 1), "{heads} {n} {segs} {target}");
+            assert!(seen.iter().all(|&c| c == 1), "{n} {segs} {target}");
         }
     }
 }

@@ -106,9 +106,6 @@ pub(crate) trait SealedCodec: Send + Sync {
         rows: ScoreRows,
         acc: &mut [f32],
     );
-    /// Hints the CPU to start loading what `score_pages` and `accumulate_pages` will read of
-    /// `page` for `kv_head`.
-    fn prefetch(&self, page: &[u8], kv_head: usize);
 
     /// Brings accumulated values back to the plain domain, once per head and step.
     fn finish(&self, layer: usize, kv_head: usize, acc: &mut [f32]);

@@ -5,7 +5,6 @@
 use super::{PageAccounting, SealedCodec};
 use crate::codebook::CODEBOOK_VERSION;
 use crate::config::{KvCodecKind, KvConfig, KvShape, NormFormat};
-use crate::kernels::prefetch_read;
 use crate::page::{
     align16, write_header, PageHeader, FLAG_SEALED, HEADER_BYTES, PAGE_FORMAT_VERSION, PAGE_MAGIC,
 };
@@ -389,20 +388,6 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
             self.values
                 .accumulate_run(&blocks[..n], p, weights, rows, acc);
         });
-    }
-
-    fn prefetch(&self, page: &[u8], kv_head: usize) {
-        let keys = self.key_block(page, kv_head);
-        let values = self.value_block(page, kv_head);
-        for section in [
-            keys.side,
-            keys.codes,
-            keys.residual,
-            values.side,
-            values.codes,
-        ] {
-            prefetch_read(section);
-        }
     }
 
     fn finish(&self, layer: usize, kv_head: usize, acc: &mut [f32]) {
