@@ -273,6 +273,46 @@ pub(crate) unsafe fn accumulate_codes_on(
     dispatch!(isa, accumulate_codes(r, weights, stride, acc))
 }
 
+/// `start` plus `isa`'s sums over `block`'s first `rows` rows, cut into separately stored pages
+/// of `page_rows` rows and passed as one run, as the attention loop passes a tile.
+///
+/// # Safety
+/// `isa` runs on this CPU; `block` holds `rows` rows; `weights` has `stride` columns per head
+/// covering them, `start` one row of `block.layout.d` per head.
+#[cfg(any(test, feature = "parity"))]
+pub(crate) unsafe fn accumulate_as_pages(
+    isa: Isa,
+    block: CodedRows<'_>,
+    rows: usize,
+    page_rows: usize,
+    weights: &[f32],
+    stride: usize,
+    start: &[f32],
+) -> Vec<f32> {
+    let bytes = block.layout.bytes();
+    let copies: Vec<Vec<u8>> = block.codes[..rows * bytes]
+        .chunks(page_rows * bytes)
+        .map(<[u8]>::to_vec)
+        .collect();
+    let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
+    let mut paged = start.to_vec();
+    // SAFETY: forwarded (caller); the pages hold the rows' codes.
+    unsafe {
+        accumulate_code_pages_on(
+            isa,
+            &pages,
+            page_rows,
+            block.layout,
+            block.levels,
+            &block.scales[..rows],
+            weights,
+            stride,
+            &mut paged,
+        )
+    };
+    paged
+}
+
 #[cfg(any(test, feature = "parity"))]
 pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
     use crate::kv_score::{for_each_coded_block, for_each_f16_block};
@@ -309,30 +349,13 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         })?;
         // The same rows as a run of separately stored pages (ragged against the 32-row
         // chunks): what one call per page gives, which is the one block's result.
-        let bytes = layout.bytes();
         for page_rows in [5usize, 16] {
-            let copies: Vec<Vec<u8>> = block.codes[..rows * bytes]
-                .chunks(page_rows * bytes)
-                .map(<[u8]>::to_vec)
-                .collect();
-            let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
             // Both start from the block's sums and add the rows once more.
-            let mut paged = want.clone();
             let mut from_block = want.clone();
             scalar::accumulate_codes(block, &weights, stride, &mut from_block);
             // SAFETY: `isa` comes from the runnable list; shapes as for the block.
-            unsafe {
-                accumulate_code_pages_on(
-                    isa,
-                    &pages,
-                    page_rows,
-                    layout,
-                    block.levels,
-                    block.scales,
-                    &weights,
-                    stride,
-                    &mut paged,
-                )
+            let paged = unsafe {
+                accumulate_as_pages(isa, block, rows, page_rows, &weights, stride, &want)
             };
             canonical(isa, &paged, &from_block, 2.0 + 1.2 * rows as f32, &|| {
                 format!(

@@ -339,48 +339,9 @@ pub(crate) unsafe fn accumulate_pages(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{narrow, scalar};
+    use super::super::{accumulate_as_pages, narrow, scalar};
     use crate::kv_score::for_each_coded_block;
     use crate::test_util::{random_vec, Rng};
-
-    /// `start` plus the sums over `block`'s first `rows` rows cut into pages of `page_rows`,
-    /// through the dispatcher as attention calls it (runs of `narrow::MAX_PAGES` pages): with
-    /// VBMI present and `narrow::applies`, that is the VBMI tile.
-    ///
-    /// # Safety
-    /// VBMI and AVX-512 F/BW/VL; `narrow::applies` holds for the block's layout and heads;
-    /// `weights` has `stride` columns per head covering the rows.
-    unsafe fn accumulate_as_pages(
-        block: crate::codes::CodedRows<'_>,
-        rows: usize,
-        page_rows: usize,
-        weights: &[f32],
-        stride: usize,
-        start: &[f32],
-    ) -> Vec<f32> {
-        let bytes = block.layout.bytes();
-        let copies: Vec<Vec<u8>> = block.codes[..rows * bytes]
-            .chunks(page_rows * bytes)
-            .map(<[u8]>::to_vec)
-            .collect();
-        let pages: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
-        let mut paged = start.to_vec();
-        // SAFETY: AVX-512 runs here (caller); the pages hold the rows' codes.
-        unsafe {
-            super::super::accumulate_code_pages_on(
-                crate::Isa::Avx512,
-                &pages,
-                page_rows,
-                block.layout,
-                block.levels,
-                &block.scales[..rows],
-                weights,
-                stride,
-                &mut paged,
-            )
-        };
-        paged
-    }
 
     /// The VBMI tile itself (the dispatcher would fall back to the AVX2 tile without VBMI),
     /// bit for bit against the reference: one block, and the same rows as runs of pages.
@@ -422,7 +383,15 @@ mod tests {
             for page_rows in [1usize, 5, 16] {
                 // SAFETY: as above.
                 let paged = unsafe {
-                    accumulate_as_pages(block, rows, page_rows, &weights, stride, &start)
+                    accumulate_as_pages(
+                        crate::Isa::Avx512,
+                        block,
+                        rows,
+                        page_rows,
+                        &weights,
+                        stride,
+                        &start,
+                    )
                 };
                 assert_eq!(bits(&paged), bits(&want), "pages of {page_rows} {what}");
             }
@@ -465,7 +434,15 @@ mod tests {
                 for page_rows in [64usize, 100] {
                     // SAFETY: as above.
                     let paged = unsafe {
-                        accumulate_as_pages(block, rows, page_rows, &weights, rows, &start)
+                        accumulate_as_pages(
+                            crate::Isa::Avx512,
+                            block,
+                            rows,
+                            page_rows,
+                            &weights,
+                            rows,
+                            &start,
+                        )
                     };
                     assert_eq!(
                         bits(&paged),
