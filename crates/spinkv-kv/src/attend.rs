@@ -279,6 +279,10 @@ fn plan_items(
 fn cost_bounds(n: usize, chunks: usize, cost: impl Fn(usize) -> usize) -> Vec<usize> {
     let mut bounds = vec![0; chunks + 1];
     bounds[chunks] = n;
+    if chunks == 1 {
+        // Prefill and single-thread calls: nothing to balance, so no cost is read.
+        return bounds;
+    }
     let total: usize = (0..n).map(&cost).sum();
     if total == 0 {
         for (c, bound) in bounds.iter_mut().enumerate() {
@@ -406,7 +410,7 @@ fn run_item_with(
         // spread over the tile's key and value scans: issued at once they fill the CPU's miss
         // queue and stall it.
         let ahead = (index + n_pages + tile_pages).min(end);
-        let per_scan = (ahead.saturating_sub(prefetched)).div_ceil(2 * n_kv_heads);
+        let per_scan = ahead.saturating_sub(prefetched).div_ceil(2 * n_kv_heads);
         let rows = ScoreRows {
             n_qh,
             visible,
