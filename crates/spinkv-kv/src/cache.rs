@@ -726,7 +726,7 @@ mod tests {
                         .map(|(a, b)| (a - b).abs())
                         .fold(0.0, f32::max);
                     assert!(
-                        err < 1e-4,
+                        err < crate::test_support::attention_tolerance(&config),
                         "{:?}: error {err} at start {q_start}",
                         config.codec
                     );

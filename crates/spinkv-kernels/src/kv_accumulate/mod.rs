@@ -4,10 +4,13 @@
 //!
 //! Shapes: `weights[qh · stride + j]` for the page's `rows` tokens; `acc` `[n_qh][d]`, added
 //! to. Each value row is read and decoded once for all query heads; a token whose weights are
-//! all zero (causally masked) is skipped, and so is each zero weight. Float tolerance:
-//! `1e-5 · (|acc| + Σ_j |w_j·v_j|)` per element.
+//! all zero (causally masked) is skipped, and so is each zero weight. Codes of at most 4 bits
+//! accumulate on an integer grid ([`grid`]): every ISA returns the reference's bits. fp16 rows
+//! and wider codes accumulate in f32, with tolerance `1e-5 · (|acc| + Σ_j |w_j·v_j|)` per
+//! element.
 
 crate::isa::isa_modules!(scalar, x86, quad);
+pub(crate) mod grid;
 #[cfg(target_arch = "x86_64")]
 mod narrow;
 #[cfg(target_arch = "x86_64")]
@@ -117,8 +120,16 @@ pub(crate) unsafe fn accumulate_code_pages_on(
 ) {
     let rows = scales.len();
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::Avx512) && narrow::applies(layout, acc.len() / layout.d) {
-        let vbmi = isa == Isa::Avx512 && narrow_vbmi::available();
+    // The grid's chunks start at each page's first row: the narrow kernels chunk the run
+    // itself, so they take runs only of pages that are whole chunks. The VNNI kernel takes
+    // any number of query heads, `narrow::MAX_HEADS` at a time: four rows per multiply-add
+    // beat decoding once into f32 for every head (prefill).
+    let n_qh = acc.len() / layout.d.max(1);
+    let vbmi = isa == Isa::Avx512 && narrow_vbmi::available();
+    if matches!(isa, Isa::Avx2 | Isa::Avx512)
+        && narrow::applies(layout, if vbmi { 1 } else { n_qh })
+        && page_rows.is_multiple_of(grid::CHUNK)
+    {
         let per_call = narrow::MAX_PAGES * page_rows;
         for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
             let first = i * per_call;
@@ -137,7 +148,11 @@ pub(crate) unsafe fn accumulate_code_pages_on(
             // (checked shapes).
             unsafe {
                 if vbmi {
-                    narrow_vbmi::accumulate_pages(run, page_rows, r, weights, stride, acc)
+                    let d = layout.d;
+                    for (b, acc) in acc.chunks_mut(narrow::MAX_HEADS * d).enumerate() {
+                        let weights = &weights[b * narrow::MAX_HEADS * stride..];
+                        narrow_vbmi::accumulate_pages(run, page_rows, r, weights, stride, acc)
+                    }
                 } else {
                     narrow::accumulate_pages(run, page_rows, r, weights, stride, acc)
                 }
@@ -222,10 +237,12 @@ pub(crate) fn accumulate_f16_rows(
 }
 
 /// [`accumulate_rows`] over code rows, row `j` decoded by `decode(j · layout.bytes(), row)`
-/// (its byte offset in `r.codes`) and weighted by its scale.
+/// (its byte offset in `r.codes`) and weighted by its scale; on the integer grid
+/// ([`accumulate_grid_rows`]) when `grid_step` is set (the decoder then yields grid levels).
 #[inline(always)]
 pub(crate) fn accumulate_code_rows(
     r: CodedRows<'_>,
+    grid_step: Option<f32>,
     weights: &[f32],
     stride: usize,
     acc: &mut [f32],
@@ -236,6 +253,14 @@ pub(crate) fn accumulate_code_rows(
     let bytes = r.layout.bytes();
     let decode = |j: usize, row: &mut [f32]| decode(j * bytes, row);
     let (row, rows) = (&mut row.0[..r.layout.d], r.scales.len());
+    if let Some(step) = grid_step {
+        let grid = Grid {
+            scales: r.scales,
+            level_step: step,
+        };
+        accumulate_grid_rows(row, rows, grid, weights, stride, acc, decode, axpy);
+        return;
+    }
     accumulate_rows(
         row,
         rows,
@@ -246,6 +271,116 @@ pub(crate) fn accumulate_code_rows(
         decode,
         axpy,
     );
+}
+
+/// A block's row scales and its grid's level step.
+#[derive(Clone, Copy)]
+pub(crate) struct Grid<'a> {
+    pub(crate) scales: &'a [f32],
+    pub(crate) level_step: f32,
+}
+
+/// The integer-grid accumulation every ISA's row path shares: per 32-row chunk, each query
+/// head's weights (times the scales) are put on the grid ([`grid::quantize_chunk`]), the
+/// chunk's rows (decoded to grid levels by `decode(j, row)`) are summed exactly, and each
+/// head's sums are added to `acc` once ([`grid::add_chunk`]).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn accumulate_grid_rows(
+    row: &mut [f32],
+    rows: usize,
+    grid: Grid<'_>,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+    mut decode: impl FnMut(usize, &mut [f32]),
+    axpy: impl Fn(f32, &[f32], &mut [f32]),
+) {
+    let d = row.len();
+    let n_qh = acc.len() / d;
+    GRID_SCRATCH.with(|cell| {
+        // A re-entrant call on this thread (none today) would get its own buffer.
+        let mut own = Vec::new();
+        let mut borrowed = cell.try_borrow_mut();
+        let scratch = match borrowed.as_mut() {
+            Ok(scratch) => &mut **scratch,
+            Err(_) => &mut own,
+        };
+        scratch.resize(n_qh * (d + grid::CHUNK + 1), 0.0);
+        let (sums, rest) = scratch.split_at_mut(n_qh * d);
+        let (ws, factors) = rest.split_at_mut(n_qh * grid::CHUNK);
+        grid_chunks(
+            row,
+            rows,
+            grid,
+            (weights, stride),
+            acc,
+            (sums, ws, factors),
+            (&mut decode, &axpy),
+        );
+    })
+}
+
+thread_local! {
+    /// Per-thread scratch of [`accumulate_grid_rows`] (each head's chunk sums and grid weights),
+    /// reused across calls: the browser and NEON builds run it once per page.
+    static GRID_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`accumulate_grid_rows`]'s loop over chunks, with its scratch.
+#[allow(clippy::type_complexity)]
+#[inline(always)]
+fn grid_chunks(
+    row: &mut [f32],
+    rows: usize,
+    grid: Grid<'_>,
+    (weights, stride): (&[f32], usize),
+    acc: &mut [f32],
+    (sums, ws, factors): (&mut [f32], &mut [f32], &mut [f32]),
+    (decode, axpy): (
+        &mut impl FnMut(usize, &mut [f32]),
+        &impl Fn(f32, &[f32], &mut [f32]),
+    ),
+) {
+    let d = row.len();
+    let n_qh = factors.len();
+    for c0 in (0..rows).step_by(grid::CHUNK) {
+        let nc = (rows - c0).min(grid::CHUNK);
+        for (qh, (ws, factor)) in ws
+            .chunks_exact_mut(grid::CHUNK)
+            .zip(&mut *factors)
+            .enumerate()
+        {
+            let (ws, w) = (&mut ws[..nc], &weights[qh * stride + c0..][..nc]);
+            for ((q, w), s) in ws.iter_mut().zip(w).zip(&grid.scales[c0..c0 + nc]) {
+                *q = w * s;
+            }
+            *factor = grid::quantize_chunk(ws, grid.level_step);
+        }
+        if !(0..nc).any(|t| any_weight(weights, stride, n_qh, c0 + t)) {
+            continue;
+        }
+        sums.fill(0.0);
+        for t in 0..nc {
+            if !any_weight(weights, stride, n_qh, c0 + t) {
+                continue;
+            }
+            decode(c0 + t, row);
+            for (qh, sum) in sums.chunks_exact_mut(d).enumerate() {
+                let q = ws[qh * grid::CHUNK + t];
+                if q != 0.0 {
+                    axpy(q, row, sum);
+                }
+            }
+        }
+        for ((acc, sum), &factor) in acc
+            .chunks_exact_mut(d)
+            .zip(sums.chunks_exact(d))
+            .zip(&*factors)
+        {
+            grid::add_chunk(sum, factor, acc);
+        }
+    }
 }
 
 /// # Safety
@@ -340,24 +475,44 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         scalar::accumulate_codes(block, &weights, stride, &mut want);
         // SAFETY: `isa` comes from the runnable list.
         unsafe { accumulate_codes_on(isa, block, &weights, stride, &mut got) };
+        // On the integer grid every ISA returns the reference's bits; wider codes are f32.
+        let on_grid = grid::applies(layout);
+        let check = |got: &[f32], want: &[f32], scale: f32, what: &dyn Fn() -> String| {
+            if on_grid {
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                identical(&bits(got), &bits(want), &|| format!("{} (grid)", what()))
+            } else {
+                canonical(isa, got, want, scale, what)
+            }
+        };
         // |acc| < 1, Σ_j |w·scale·level| < rows · 0.6.
-        canonical(isa, &got, &want, 1.0 + 0.6 * rows as f32, &|| {
+        check(&got, &want, 1.0 + 0.6 * rows as f32, &|| {
             format!(
                 "accumulate_codes d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
                 layout.hi, layout.lo, layout.n_hi
             )
         })?;
         // The same rows as a run of separately stored pages (ragged against the 32-row
-        // chunks): what one call per page gives, which is the one block's result.
-        for page_rows in [5usize, 16] {
+        // chunks, and whole chunks): what the reference gives one call per page.
+        for page_rows in [5usize, 16, 32] {
             // Both start from the block's sums and add the rows once more.
-            let mut from_block = want.clone();
-            scalar::accumulate_codes(block, &weights, stride, &mut from_block);
-            // SAFETY: `isa` comes from the runnable list; shapes as for the block.
-            let paged = unsafe {
-                accumulate_as_pages(isa, block, rows, page_rows, &weights, stride, &want)
+            // SAFETY: `isa` comes from the runnable list (scalar always is); shapes as for the
+            // block.
+            let (paged, reference) = unsafe {
+                (
+                    accumulate_as_pages(isa, block, rows, page_rows, &weights, stride, &want),
+                    accumulate_as_pages(
+                        Isa::Scalar,
+                        block,
+                        rows,
+                        page_rows,
+                        &weights,
+                        stride,
+                        &want,
+                    ),
+                )
             };
-            canonical(isa, &paged, &from_block, 2.0 + 1.2 * rows as f32, &|| {
+            check(&paged, &reference, 2.0 + 1.2 * rows as f32, &|| {
                 format!(
                     "accumulate_code_pages pages of {page_rows} d={d} {}/{}x{} n_qh={n_qh} rows={rows}",
                     layout.hi, layout.lo, layout.n_hi

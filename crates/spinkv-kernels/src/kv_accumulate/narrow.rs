@@ -8,8 +8,9 @@
 //! 2-bit codes) needs no mask, and 4-bit codes take a second table picked by bit 3. That is 3
 //! instructions per 8 channels with two constants per segment, so the decoded row never goes
 //! through memory and the tile's accumulators, weights, and constants all stay in the 16 ymm
-//! registers. The arithmetic is the reference's: `acc += (w · scale) · level` as one FMA per
-//! element, rows in order, so results are bit-identical to `scalar::accumulate_codes`.
+//! registers. The arithmetic is the reference's integer grid (`super::grid`): grid weights
+//! times grid levels, summed exactly in f32 over each 32-row chunk and added to `acc` once, so
+//! results are bit-identical to `scalar::accumulate_codes`.
 
 use crate::codes::{CodeLayout, CodedRows};
 use crate::simd::avx2::tail_mask;
@@ -20,8 +21,8 @@ use std::mem::MaybeUninit;
 pub(super) const MAX_DIM: usize = 256;
 /// Widest code it decodes: 8 codes in one 32-bit word.
 const MAX_WIDTH: u32 = 4;
-/// Rows per weight-staging chunk (one bit each in a `u32` live mask).
-pub(super) const CHUNK: usize = 32;
+/// Rows per weight-staging chunk (one bit each in a `u32` live mask): the grid's chunk.
+pub(super) const CHUNK: usize = super::grid::CHUNK;
 /// Query heads × channel groups per register tile: 9 accumulators, 3 decoded groups, a weight
 /// broadcast and a segment's shift and tables in 16 registers.
 pub(super) const TILE_Q: usize = 3;
@@ -69,7 +70,7 @@ impl Lookup {
         let mut lo = [0.0f32; 8];
         let mut hi = [0.0f32; 8];
         for (i, slot) in lo.iter_mut().enumerate() {
-            *slot = table[i % period];
+            *slot = table[i & (period - 1)];
         }
         if width == 4 {
             hi.copy_from_slice(&table[8..16]);
@@ -177,7 +178,10 @@ impl RowSource {
 /// The weights of one chunk for query heads `q0..q0 + nq`, times the rows' scales (the
 /// reference's `w · scale`).
 pub(super) struct Staged {
+    /// On the grid.
     pub(super) ws: [[f32; CHUNK]; TILE_Q],
+    /// What each head's chunk sums are multiplied by when added to `acc`.
+    pub(super) factors: [f32; TILE_Q],
     /// Where row `c0 + t` is read from.
     pub(super) rows: [*const u8; CHUNK],
     /// Bit `t`: row `c0 + t` has a non-zero weight for one of the tile's heads.
@@ -192,7 +196,7 @@ pub(super) struct Staged {
 pub(super) unsafe fn stage(
     src: &RowSource,
     weights: &[f32],
-    scales: &[f32],
+    (scales, level_step): (&[f32], f32),
     stride: usize,
     q0: usize,
     nq: usize,
@@ -201,6 +205,7 @@ pub(super) unsafe fn stage(
 ) -> Staged {
     let mut staged = Staged {
         ws: [[0.0; CHUNK]; TILE_Q],
+        factors: [0.0; TILE_Q],
         rows: [std::ptr::null(); CHUNK],
         live: 0,
     };
@@ -219,6 +224,8 @@ pub(super) unsafe fn stage(
                 let bits = _mm256_movemask_ps(_mm256_and_ps(nonzero, _mm256_castsi256_ps(m)));
                 staged.live |= (bits as u32) << (8 * h);
             }
+            staged.factors[q] =
+                super::grid::quantize_chunk_x86::<__m256>(&mut staged.ws[q], level_step);
         }
     }
     staged
@@ -247,9 +254,6 @@ unsafe fn tile<const NQ: usize, const NG: usize, const W: i32>(
         let mut a = [[_mm256_setzero_ps(); NG]; NQ];
         for g in 0..NG {
             masks[g] = tail_mask(groups[g].n);
-            for q in 0..NQ {
-                a[q][g] = _mm256_maskload_ps(acc.add((q0 + q) * d + groups[g].first), masks[g]);
-            }
         }
         let mut live = staged.live;
         while live != 0 {
@@ -268,9 +272,14 @@ unsafe fn tile<const NQ: usize, const NG: usize, const W: i32>(
                 }
             }
         }
-        for g in 0..NG {
-            for q in 0..NQ {
-                _mm256_maskstore_ps(acc.add((q0 + q) * d + groups[g].first), masks[g], a[q][g]);
+        // The chunk's exact sums, added once: a multiply, then an add.
+        for q in 0..NQ {
+            let factor = _mm256_set1_ps(staged.factors[q]);
+            for g in 0..NG {
+                let at = acc.add((q0 + q) * d + groups[g].first);
+                let sum = _mm256_mul_ps(a[q][g], factor);
+                let total = _mm256_add_ps(_mm256_maskload_ps(at, masks[g]), sum);
+                _mm256_maskstore_ps(at, masks[g], total);
             }
         }
     }
@@ -343,6 +352,9 @@ pub(crate) unsafe fn accumulate_pages(
     let (d, bytes, rows) = (layout.d, layout.bytes(), r.scales.len());
     let n_qh = acc.len() / d;
     let segs = layout.segments().expect("narrow layouts have segments");
+    let grid =
+        super::grid::GridLevels::new(layout, r.levels).expect("narrow layouts are on the grid");
+    let levels = grid.levels();
 
     // Each segment's groups, and the register tiles that cover them.
     let mut lookups = [None; 2];
@@ -354,8 +366,8 @@ pub(crate) unsafe fn accumulate_pages(
         if seg.len == 0 {
             continue;
         }
-        let table = r.levels.table(layout, seg.first);
-        // SAFETY: AVX2; the levels were checked against the layout (2^width entries).
+        let table = levels.table(layout, seg.first);
+        // SAFETY: AVX2; grid tables hold 16 levels.
         lookups[i] = Some(unsafe { Lookup::new(seg.width, table) });
         let first_group = n_groups;
         for g in 0..seg.len.div_ceil(8) {
@@ -393,7 +405,8 @@ pub(crate) unsafe fn accumulate_pages(
         for q0 in (0..n_qh).step_by(TILE_Q) {
             let nq = (n_qh - q0).min(TILE_Q);
             // SAFETY: AVX2; the chunk's weights and scales exist (checked shapes).
-            let staged = unsafe { stage(&src, weights, r.scales, stride, q0, nq, c0, nc) };
+            let grid = (r.scales, grid.step);
+            let staged = unsafe { stage(&src, weights, grid, stride, q0, nq, c0, nc) };
             if staged.live == 0 {
                 continue;
             }

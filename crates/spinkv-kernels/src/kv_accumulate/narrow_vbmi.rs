@@ -1,121 +1,189 @@
 //! AVX-512 accumulation of narrow value codes (the layouts [`super::narrow`] takes: every
-//! channel 1..=4 bits, two byte-aligned segments), 16 channels per register, for CPUs with
-//! AVX-512 VBMI; without VBMI the AVX2 narrow tile runs instead.
+//! channel 1..=4 bits, two byte-aligned segments) on the integer grid (`super::grid`), four
+//! rows per instruction, for CPUs with AVX-512 VBMI and VNNI; without them the AVX2 narrow tile
+//! runs.
 //!
-//! Sixteen codes of at most 4 bits fill at most 64 bits and start on a byte, so a group is one
-//! 64-bit load broadcast to every lane and one `vpmultishiftqb` (usually one instruction with
-//! the broadcast folded in): its control puts the bits of code `i` at the bottom of 32-bit
-//! lane `i`. `vpermps` reads only the low 4 bits of each lane, so the whole level table (16
-//! entries, repeated for narrower codes) sits in one register and needs no mask or second
-//! table. A group costs 2 instructions for 16 channels, against 3 per 8 for the AVX2 tile, and
-//! each weight broadcast folds into its FMA. The arithmetic is the reference's: `acc += (w ·
-//! scale) · level` as one FMA per element, rows in order, so results are bit-identical to
-//! `scalar::accumulate_codes`.
+//! A group is 16 channels of four rows A..D. Sixteen codes of at most 4 bits fill at most 64
+//! bits and start on a byte, so each row's group is one 64-bit load broadcast to every lane;
+//! `vpmultishiftqb` cuts A's codes into byte 0 of each 32-bit lane and, merge-masked, B's, C's
+//! and D's into bytes 1, 2 and 3; one `vpermb` (which reads the low 6 bits of each byte: the
+//! table repeated every `2^width`) turns them into grid levels offset by 128, unsigned bytes.
+//! Lane `i` then holds channel `i` of the four rows, and one `vpdpbusd` per query head adds
+//! `Σ_r q_r · (ℓ_r + 128)` with the rows' grid weights broadcast as four signed bytes; the
+//! offset comes back out as `128 · Σ_r q_r` per chunk. That is 5 shuffles per group and one
+//! multiply-add per head per group for four rows, against 2 shuffles and one FMA per head per
+//! group for each row in f32. The sums are exact int32, the reference's exact chunk sums, so
+//! results are bit-identical to `scalar::accumulate_codes`.
 
-use super::narrow::{row_source, Pads, RowSource, CHUNK, MAX_DIM, MAX_HEADS, TILE_Q};
+use super::grid::{chunk_factor, weight_scale, GridLevels, CHUNK};
+use super::narrow::{row_source, Pads, RowSource, MAX_DIM, MAX_HEADS, TILE_Q};
 use crate::codes::CodedRows;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
-/// Channels per group (one zmm register of f32).
+/// Channels per group (one zmm register of 16 32-bit lanes, four rows' bytes each).
 const LANES: usize = 16;
+/// Rows one multiply-add takes.
+const ROWS: usize = 4;
 /// Bytes a group's 64-bit read may run past its row's last byte.
 const OVERREAD: usize = 7;
 /// Channel groups per register tile: 3 heads × 4 groups = 12 accumulators, with each group's
 /// control and table (8) and the decoded groups well inside the 32 zmm registers.
 const TILE_G: usize = 4;
+/// Merge masks of rows B, C, D: byte 1, 2 or 3 of every 32-bit lane.
+const ROW_BYTES: [__mmask64; ROWS] = [
+    0x1111_1111_1111_1111,
+    0x2222_2222_2222_2222,
+    0x4444_4444_4444_4444,
+    0x8888_8888_8888_8888,
+];
+/// What the levels are offset by to make them unsigned bytes.
+const LEVEL_OFFSET: i32 = 128;
 
 /// Whether this CPU runs [`accumulate_pages`] (the caller has already settled on AVX-512
-/// F/BW/VL; VBMI is detected here, once per call — `is_x86_feature_detected!` caches it).
+/// F/BW/VL; VBMI and VNNI are detected here — `is_x86_feature_detected!` caches them).
 #[inline]
 pub(crate) fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx512vbmi")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
         && std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
 }
 
-/// How one segment's codes become levels.
+/// How one segment's codes become offset grid levels.
 #[derive(Clone, Copy)]
 struct Lookup {
-    /// `vpmultishiftqb` control: byte `4i` holds the bit offset `i · width` of code `i`.
+    /// `vpmultishiftqb` control: in 64-bit lane `k`, bytes 0..4 hold the bit offset of code
+    /// `2k` and bytes 4..8 that of code `2k + 1` (row `r` fills bytes `r` and `4 + r`).
     control: __m512i,
-    /// Levels of codes 0..16 (for widths below 4 the table repeated every `2^width` entries:
-    /// `vpermps` reads the index's low 4 bits, the upper ones belong to the next code).
-    table: __m512,
+    /// Grid levels + 128 of codes 0..64 as bytes, the `2^width` levels repeated.
+    table: __m512i,
 }
 
 impl Lookup {
     /// # Safety
-    /// AVX-512F; `table` holds at least `2^width` levels; `width <= 4`.
+    /// AVX-512F; `table` holds at least `2^width` levels, integers `|ℓ| ≤ 127`; `width <= 4`.
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn new(width: u32, table: &[f32]) -> Self {
         let period = 1usize << width;
-        let mut levels = [0.0f32; LANES];
-        for (i, slot) in levels.iter_mut().enumerate() {
-            *slot = table[i % period];
+        let mut one = [0u8; 16];
+        for (slot, &level) in one.iter_mut().zip(&table[..period]) {
+            *slot = (level as i32 + LEVEL_OFFSET) as u8;
+        }
+        let mut levels = [0u8; 64];
+        for run in levels.chunks_exact_mut(period) {
+            run.copy_from_slice(&one[..period]);
         }
         let mut control = [0u8; 64];
-        for i in 0..LANES {
-            control[4 * i] = (i as u32 * width) as u8;
+        for (i, byte) in control.iter_mut().enumerate() {
+            // Byte i of the 64-bit lane i / 8: code 2k or 2k + 1.
+            let code = 2 * (i / 8) + (i % 8) / ROWS;
+            *byte = (code as u32 * width) as u8;
         }
-        // SAFETY: a 16-float and a 64-byte array.
+        // SAFETY: two 64-byte arrays.
         unsafe {
             Lookup {
                 control: _mm512_loadu_si512(control.as_ptr() as *const _),
-                table: _mm512_loadu_ps(levels.as_ptr()),
+                table: _mm512_loadu_si512(levels.as_ptr() as *const _),
             }
         }
     }
 }
 
-/// Rows staged at once: the tiles keep their accumulators in registers across a block's
-/// 32-row chunks.
+/// Rows staged at once (whole grid chunks): the tiles run over a block's chunks.
 const BLOCK: usize = 8 * CHUNK;
+/// Chunks per block.
+const BLOCK_CHUNKS: usize = BLOCK / CHUNK;
 
-/// One block's rows for every query head: the weights times the rows' scales (the reference's
-/// `w · scale`), where each row is read from, and per tile of `TILE_Q` heads and 32-row chunk
-/// the rows one of them weights (bit `t` of `live[tile][chunk]`: row `chunk · 32 + t`).
+/// One block's rows for every query head: grid weights as signed bytes (rows `4p..4p + 4` of a
+/// chunk form the 32-bit quad `p`), each chunk's factor and `128 · Σ q` (the offset to take
+/// back), where each row is read from, and per tile of `TILE_Q` heads and chunk the quads one
+/// of them weights (bit `4p` of `live[tile][chunk]`).
 struct Block {
-    /// Written for every row of the block that `stage` took (not read past them).
-    ws: [[MaybeUninit<f32>; BLOCK]; MAX_HEADS],
-    /// Written for every row of the block that `stage` took.
-    rows: [MaybeUninit<*const u8>; BLOCK],
-    live: [[u32; BLOCK / CHUNK]; MAX_HEADS / TILE_Q],
+    /// Written for every chunk of the block that `stage` took (rows past the block's end as 0).
+    ws: [[MaybeUninit<i8>; BLOCK]; MAX_HEADS],
+    factors: [[f32; BLOCK_CHUNKS]; MAX_HEADS],
+    offsets: [[i32; BLOCK_CHUNKS]; MAX_HEADS],
+    /// Written for every row of the block that `stage` took, and up to 3 rows after its last
+    /// (copies of it: their weights are 0).
+    rows: [MaybeUninit<*const u8>; BLOCK + ROWS - 1],
+    live: [[u32; BLOCK_CHUNKS]; MAX_HEADS / TILE_Q],
 }
 
-/// Stages rows `b0..b0 + nb` of the run for heads `0..n_qh` into `block`, in place: lanes
-/// past `nb` keep what they held (the tiles read only live rows). Building a zeroed copy per
-/// 32-row chunk and choosing each row's source with a branch cost a third of the kernel.
+/// Stages rows `b0..b0 + nb` of the run for heads `0..n_qh` into `block`.
 ///
 /// # Safety
-/// AVX-512F; `weights[qh·stride + b0 ..][..nb]` and `scales[b0..b0 + nb]` exist for
-/// `qh < n_qh <= MAX_HEADS`; `nb <= BLOCK`.
+/// AVX-512 F/BW; `weights[qh·stride + b0 ..][..nb]` and `scales[b0..b0 + nb]` exist for
+/// `qh < n_qh <= MAX_HEADS`; `0 < nb <= BLOCK`; `b0` a multiple of `CHUNK`.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn stage(
     src: &RowSource,
     (weights, stride): (&[f32], usize),
-    scales: &[f32],
+    (scales, level_step): (&[f32], f32),
     n_qh: usize,
     (b0, nb): (usize, usize),
     block: &mut Block,
 ) {
     src.rows_by_page(b0, &mut block.rows[..nb]);
-    block.live = [[0; BLOCK / CHUNK]; MAX_HEADS / TILE_Q];
-    // SAFETY: masked loads stay inside the block's `nb` weights and scales (the contract).
+    for t in nb..nb.next_multiple_of(ROWS) {
+        block.rows[t] = block.rows[nb - 1];
+    }
+    block.live = [[0; BLOCK_CHUNKS]; MAX_HEADS / TILE_Q];
+    // SAFETY: masked loads stay inside the block's `nb` weights and scales (the contract);
+    // stores stay inside the block's arrays (chunk c < BLOCK_CHUNKS).
     unsafe {
         let s = scales.as_ptr().add(b0);
         for qh in 0..n_qh {
             let w = weights.as_ptr().add(qh * stride + b0);
             let live = &mut block.live[qh / TILE_Q];
-            for h in 0..nb.div_ceil(LANES) {
-                let m = ((1u32 << (nb - LANES * h).min(LANES)) - 1) as __mmask16;
-                let wv = _mm512_maskz_loadu_ps(m, w.add(LANES * h));
-                let sv = _mm512_maskz_loadu_ps(m, s.add(LANES * h));
-                let at = block.ws[qh].as_mut_ptr().add(LANES * h) as *mut f32;
-                _mm512_storeu_ps(at, _mm512_mul_ps(wv, sv));
-                let nonzero = _mm512_mask_cmp_ps_mask::<_CMP_NEQ_UQ>(m, wv, _mm512_setzero_ps());
-                live[h / 2] |= (nonzero as u32) << (LANES * (h % 2));
+            for c in 0..nb.div_ceil(CHUNK) {
+                let mut halves = [_mm512_setzero_ps(); 2];
+                let mut largest = _mm512_setzero_ps();
+                for (h, half) in halves.iter_mut().enumerate() {
+                    let at = CHUNK * c + LANES * h;
+                    let m = ((1u32 << nb.saturating_sub(at).min(LANES)) - 1) as __mmask16;
+                    let wv = _mm512_maskz_loadu_ps(m, w.add(at));
+                    let sv = _mm512_maskz_loadu_ps(m, s.add(at));
+                    *half = _mm512_mul_ps(wv, sv);
+                    largest = _mm512_max_ps(largest, _mm512_abs_ps(*half));
+                    let nonzero =
+                        _mm512_mask_cmp_ps_mask::<_CMP_NEQ_UQ>(m, wv, _mm512_setzero_ps());
+                    live[c] |= (nonzero as u32) << (LANES * h);
+                }
+                let largest = _mm512_reduce_max_ps(largest);
+                let dst = block.ws[qh].as_mut_ptr().add(CHUNK * c) as *mut i8;
+                match weight_scale(largest) {
+                    Some(to_grid) => {
+                        let k = _mm512_set1_ps(to_grid);
+                        let mut total = _mm512_setzero_si512();
+                        for (h, half) in halves.iter().enumerate() {
+                            let q = _mm512_roundscale_ps::<
+                                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                            >(_mm512_mul_ps(*half, k));
+                            let q = _mm512_cvtps_epi32(q);
+                            total = _mm512_add_epi32(total, q);
+                            _mm_storeu_si128(
+                                dst.add(LANES * h) as *mut __m128i,
+                                _mm512_cvtepi32_epi8(q),
+                            );
+                        }
+                        block.factors[qh][c] = chunk_factor(largest, level_step);
+                        block.offsets[qh][c] = LEVEL_OFFSET * _mm512_reduce_add_epi32(total);
+                    }
+                    None => {
+                        _mm256_storeu_si256(dst as *mut __m256i, _mm256_setzero_si256());
+                        block.factors[qh][c] = 0.0;
+                        block.offsets[qh][c] = 0;
+                    }
+                }
+            }
+        }
+        // A quad is live when any of its rows is.
+        for tile in block.live.iter_mut() {
+            for live in tile.iter_mut() {
+                *live = (*live | (*live >> 1) | (*live >> 2) | (*live >> 3)) & 0x1111_1111;
             }
         }
     }
@@ -131,11 +199,12 @@ struct Group {
 }
 
 /// One register tile: `NQ` heads from `q0` (a multiple of `TILE_Q`) × the `NG` groups in
-/// `groups` (of either segment), over the live rows of the block's first `n_chunks` chunks.
+/// `groups` (of either segment), over the live row quads of the block's first `n_chunks`
+/// chunks, each chunk's exact sums added to `acc` once.
 ///
 /// # Safety
-/// AVX-512 F/BW/VBMI; `acc` is `[n_qh][d]` with `q0 + NQ <= n_qh`; the groups lie below `d`;
-/// the block's live rows are rows of the run, readable `OVERREAD` bytes past their end.
+/// AVX-512 F/BW/VBMI/VNNI; `acc` is `[n_qh][d]` with `q0 + NQ <= n_qh`; the groups lie below
+/// `d`; the block's live rows are rows of the run, readable `OVERREAD` bytes past their end.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn tile<const NQ: usize, const NG: usize>(
@@ -148,45 +217,65 @@ unsafe fn tile<const NQ: usize, const NG: usize>(
     q0: usize,
 ) {
     // SAFETY (all accesses): masked accumulator lanes stay inside their rows of acc; group
-    // reads stay inside their row plus `OVERREAD` bytes, which the row source guarantees.
+    // reads stay inside their row plus `OVERREAD` bytes, which the row source guarantees; the
+    // weight quads read lie inside the staged chunks.
     unsafe {
         let mut masks = [0 as __mmask16; NG];
         let mut control = [_mm512_setzero_si512(); NG];
-        let mut table = [_mm512_setzero_ps(); NG];
-        let mut a = [[_mm512_setzero_ps(); NG]; NQ];
+        let mut table = [_mm512_setzero_si512(); NG];
         for g in 0..NG {
             masks[g] = ((1u32 << groups[g].n) - 1) as __mmask16;
             control[g] = lookups[groups[g].seg].control;
             table[g] = lookups[groups[g].seg].table;
-            for q in 0..NQ {
-                let at = acc.add((q0 + q) * d + groups[g].first);
-                a[q][g] = _mm512_maskz_loadu_ps(masks[g], at);
-            }
         }
         for c in 0..n_chunks {
             let mut live = block.live[q0 / TILE_Q][c];
+            if live == 0 {
+                continue;
+            }
+            let mut a = [[_mm512_setzero_si512(); NG]; NQ];
             while live != 0 {
                 let t = c * CHUNK + live.trailing_zeros() as usize;
                 live &= live - 1;
-                let row = block.rows[t].assume_init();
-                let mut x = [_mm512_setzero_ps(); NG];
+                let mut x = [_mm512_setzero_si512(); NG];
                 for g in 0..NG {
-                    let word = (row.add(groups[g].byte) as *const i64).read_unaligned();
-                    let codes = _mm512_multishift_epi64_epi8(control[g], _mm512_set1_epi64(word));
-                    x[g] = _mm512_permutexvar_ps(codes, table[g]);
+                    let word = |r: usize| {
+                        let row = block.rows[t + r].assume_init();
+                        _mm512_set1_epi64((row.add(groups[g].byte) as *const i64).read_unaligned())
+                    };
+                    let mut codes = _mm512_multishift_epi64_epi8(control[g], word(0));
+                    for r in 1..ROWS {
+                        codes = _mm512_mask_multishift_epi64_epi8(
+                            codes,
+                            ROW_BYTES[r],
+                            control[g],
+                            word(r),
+                        );
+                    }
+                    x[g] = _mm512_permutexvar_epi8(codes, table[g]);
                 }
                 for q in 0..NQ {
-                    let w = _mm512_set1_ps(block.ws[q0 + q][t].assume_init());
+                    let quad = (block.ws[q0 + q].as_ptr().add(t) as *const i32).read_unaligned();
+                    let w = _mm512_set1_epi32(quad);
                     for g in 0..NG {
-                        a[q][g] = _mm512_fmadd_ps(w, x[g], a[q][g]);
+                        a[q][g] = _mm512_dpbusd_epi32(a[q][g], x[g], w);
                     }
                 }
             }
-        }
-        for g in 0..NG {
+            // The chunk's exact sums (the levels' offset taken back), added once: a multiply,
+            // then an add.
             for q in 0..NQ {
-                let at = acc.add((q0 + q) * d + groups[g].first);
-                _mm512_mask_storeu_ps(at, masks[g], a[q][g]);
+                let factor = _mm512_set1_ps(block.factors[q0 + q][c]);
+                let offset = _mm512_set1_epi32(block.offsets[q0 + q][c]);
+                for g in 0..NG {
+                    let at = acc.add((q0 + q) * d + groups[g].first);
+                    let sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(a[q][g], offset));
+                    let total = _mm512_add_ps(
+                        _mm512_maskz_loadu_ps(masks[g], at),
+                        _mm512_mul_ps(sum, factor),
+                    );
+                    _mm512_mask_storeu_ps(at, masks[g], total);
+                }
             }
         }
     }
@@ -230,12 +319,12 @@ unsafe fn tile_of(
     }
 }
 
-/// `acc[qh][c] += Σ_j (weights[qh·stride + j] · scales[j]) · level_c(code_{j,c})`.
+/// `acc[qh][c] += Σ_j (weights[qh·stride + j] · scales[j]) · level_c(code_{j,c})`, on the grid.
 ///
 /// # Safety
 /// [`available`]; shapes as checked by `super::accumulate_codes`; `super::narrow::applies`
 /// holds for the layout.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
 pub(crate) unsafe fn accumulate(r: CodedRows<'_>, weights: &[f32], stride: usize, acc: &mut [f32]) {
     let page_rows = r.scales.len().max(1);
     // SAFETY: forwarded; one page holding every row.
@@ -244,13 +333,13 @@ pub(crate) unsafe fn accumulate(r: CodedRows<'_>, weights: &[f32], stride: usize
 
 /// [`accumulate`] over a run of pages: row `j` is row `j % page_rows` of
 /// `pages[j / page_rows]` (`r.codes` is not read); the tables and the group plan are built once
-/// per run and each 32-row chunk may span pages.
+/// per run. The grid's chunks are the run's: pages of whole chunks (or one page).
 ///
 /// # Safety
 /// [`available`]; `super::narrow::applies` holds for the layout;
 /// `pages.len() <= super::narrow::MAX_PAGES`, they hold the `r.scales.len()` rows; weights and
 /// `acc` as checked by `super::accumulate_codes`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
 pub(crate) unsafe fn accumulate_pages(
     pages: &[&[u8]],
     page_rows: usize,
@@ -263,6 +352,8 @@ pub(crate) unsafe fn accumulate_pages(
     let (d, bytes, rows) = (layout.d, layout.bytes(), r.scales.len());
     let n_qh = acc.len() / d;
     let segs = layout.segments().expect("narrow layouts have segments");
+    let grid = GridLevels::new(layout, r.levels).expect("narrow layouts are on the grid");
+    let levels = grid.levels();
 
     // Both segments' groups in channel order, and the tiles that cover them (a tile may hold
     // groups of both segments: each group brings its own control and table).
@@ -275,8 +366,8 @@ pub(crate) unsafe fn accumulate_pages(
         if seg.len == 0 {
             continue;
         }
-        let table = r.levels.table(layout, seg.first);
-        // SAFETY: AVX-512F; the levels were checked against the layout (2^width entries).
+        let table = levels.table(layout, seg.first);
+        // SAFETY: AVX-512F; grid tables hold 16 integer levels, |ℓ| ≤ 255.
         lookups[i] = unsafe { Lookup::new(seg.width, table) };
         for g in 0..seg.len.div_ceil(LANES) {
             let group = Group {
@@ -311,17 +402,20 @@ pub(crate) unsafe fn accumulate_pages(
 
     let acc = acc.as_mut_ptr();
     // Weights and row addresses are left unset: `stage` writes every row the tiles read
-    // (~11 KiB per call not cleared; a one-page call reads 32 rows of it).
+    // (~5 KiB per call not cleared; a one-page call reads 32 rows of it).
     let block = &mut Block {
         ws: [[MaybeUninit::uninit(); BLOCK]; MAX_HEADS],
-        rows: [MaybeUninit::uninit(); BLOCK],
-        live: [[0; BLOCK / CHUNK]; MAX_HEADS / TILE_Q],
+        factors: [[0.0; BLOCK_CHUNKS]; MAX_HEADS],
+        offsets: [[0; BLOCK_CHUNKS]; MAX_HEADS],
+        rows: [MaybeUninit::uninit(); BLOCK + ROWS - 1],
+        live: [[0; BLOCK_CHUNKS]; MAX_HEADS / TILE_Q],
     };
     for b0 in (0..rows).step_by(BLOCK) {
         let nb = (rows - b0).min(BLOCK);
         // SAFETY: AVX-512F; the block's weights and scales exist (checked shapes), n_qh is
         // at most MAX_HEADS (`narrow::applies`).
-        unsafe { stage(&src, (weights, stride), r.scales, n_qh, (b0, nb), block) };
+        let grid = (r.scales, grid.step);
+        unsafe { stage(&src, (weights, stride), grid, n_qh, (b0, nb), block) };
         let n_chunks = nb.div_ceil(CHUNK);
         for q0 in (0..n_qh).step_by(TILE_Q) {
             let nq = (n_qh - q0).min(TILE_Q);
@@ -329,7 +423,7 @@ pub(crate) unsafe fn accumulate_pages(
                 continue;
             }
             for &(lo, hi) in &tiles[..n_tiles] {
-                // SAFETY: AVX-512 VBMI; heads q0..q0 + nq and the groups lie inside acc; live
+                // SAFETY: AVX-512 VBMI/VNNI; heads q0..q0 + nq and the groups lie inside acc; live
                 // rows are rows of src, readable OVERREAD bytes past their end.
                 unsafe { tile_of(&lookups, &groups[lo..hi], (block, n_chunks), acc, d, q0, nq) };
             }
@@ -343,12 +437,13 @@ mod tests {
     use crate::kv_score::for_each_coded_block;
     use crate::test_util::{random_vec, Rng};
 
-    /// The VBMI tile itself (the dispatcher would fall back to the AVX2 tile without VBMI),
-    /// bit for bit against the reference: one block, and the same rows as runs of pages.
+    /// The VBMI/VNNI tile itself (the dispatcher would fall back to the AVX2 tile without
+    /// them), bit for bit against the reference: one block, and the same rows as runs of pages
+    /// (against the reference page by page).
     #[test]
     fn vbmi_tile_is_bit_exact() {
         if !(super::available() && crate::Isa::Avx512.cpu_supports()) {
-            eprintln!("skipped: no avx512vbmi (or avx512 f/bw/vl) on this CPU");
+            eprintln!("skipped: no avx512vbmi/vnni (or avx512 f/bw/vl) on this CPU");
             return;
         }
         let mut rng = Rng::new(61);
@@ -380,19 +475,14 @@ mod tests {
                 layout.d, layout.hi, layout.lo, layout.n_hi
             );
             assert_eq!(bits(&got), bits(&want), "block {what}");
-            for page_rows in [1usize, 5, 16] {
-                // SAFETY: as above.
-                let paged = unsafe {
-                    accumulate_as_pages(
-                        crate::Isa::Avx512,
-                        block,
-                        rows,
-                        page_rows,
-                        &weights,
-                        stride,
-                        &start,
-                    )
+            for page_rows in [1usize, 5, 16, 32] {
+                let as_pages = |isa| {
+                    // SAFETY: as above (scalar runs anywhere).
+                    unsafe {
+                        accumulate_as_pages(isa, block, rows, page_rows, &weights, stride, &start)
+                    }
                 };
+                let (paged, want) = (as_pages(crate::Isa::Avx512), as_pages(crate::Isa::Scalar));
                 assert_eq!(bits(&paged), bits(&want), "pages of {page_rows} {what}");
             }
             ran += 1;
@@ -408,7 +498,7 @@ mod tests {
     #[test]
     fn vbmi_tile_is_bit_exact_past_one_block() {
         if !(super::available() && crate::Isa::Avx512.cpu_supports()) {
-            eprintln!("skipped: no avx512vbmi (or avx512 f/bw/vl) on this CPU");
+            eprintln!("skipped: no avx512vbmi/vnni (or avx512 f/bw/vl) on this CPU");
             return;
         }
         let mut rng = Rng::new(62);
@@ -432,18 +522,14 @@ mod tests {
                 unsafe { super::accumulate(block, &weights, rows, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "one page d={d} {half_bits}/2 bits");
                 for page_rows in [64usize, 100] {
-                    // SAFETY: as above.
-                    let paged = unsafe {
-                        accumulate_as_pages(
-                            crate::Isa::Avx512,
-                            block,
-                            rows,
-                            page_rows,
-                            &weights,
-                            rows,
-                            &start,
-                        )
+                    let as_pages = |isa| {
+                        // SAFETY: as above (scalar runs anywhere).
+                        unsafe {
+                            accumulate_as_pages(isa, block, rows, page_rows, &weights, rows, &start)
+                        }
                     };
+                    let (paged, want) =
+                        (as_pages(crate::Isa::Avx512), as_pages(crate::Isa::Scalar));
                     assert_eq!(
                         bits(&paged),
                         bits(&want),

@@ -2,6 +2,7 @@
 //! weight is decoded (codes) or widened (fp16) once into an aligned row buffer, then added to
 //! every query head's sum.
 
+use super::grid::GridLevels;
 use super::{accumulate_code_rows, accumulate_f16_rows};
 use crate::codes::quad::RowDecoder;
 use crate::codes::CodedRows;
@@ -28,8 +29,11 @@ pub unsafe fn accumulate_f16(
 pub unsafe fn accumulate_codes(r: CodedRows<'_>, weights: &[f32], stride: usize, acc: &mut [f32]) {
     // SAFETY (all unsafe here): same target features as this function; every row lies inside
     // `codes` (checked), the levels were checked against the layout.
-    let decoder = unsafe { RowDecoder::new(r.layout, r.levels) };
-    let decode = |at: usize, row: &mut [f32]| unsafe { decoder.decode(r.codes, at, r.levels, row) };
+    let grid = GridLevels::new(r.layout, r.levels);
+    let levels = grid.as_ref().map_or(r.levels, GridLevels::levels);
+    let decoder = unsafe { RowDecoder::new(r.layout, levels) };
+    let decode = |at: usize, row: &mut [f32]| unsafe { decoder.decode(r.codes, at, levels, row) };
     let axpy = |w: f32, x: &[f32], y: &mut [f32]| unsafe { axpy(w, x, y) };
-    accumulate_code_rows(r, weights, stride, acc, decode, axpy);
+    let step = grid.as_ref().map(|g| g.step);
+    accumulate_code_rows(r, step, weights, stride, acc, decode, axpy);
 }

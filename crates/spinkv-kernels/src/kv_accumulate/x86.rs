@@ -61,7 +61,7 @@ impl<L: Lanes> Rows<L> {
 }
 
 /// Code rows decoded per block before the FMA tiles run over them.
-const CODE_BLOCK: usize = 32;
+const CODE_BLOCK: usize = super::grid::CHUNK;
 /// Head dims up to this decode in blocks; larger ones row by row.
 const MAX_BLOCKED_DIM: usize = 256;
 
@@ -69,6 +69,9 @@ const MAX_BLOCKED_DIM: usize = 256;
 struct Page<'a> {
     rows: usize,
     scales: Option<&'a [f32]>,
+    /// The level step when the rows hold integer-grid levels (see `super::grid`): each chunk's
+    /// weights go on the grid and its sums are added to `acc` once.
+    grid: Option<f32>,
     weights: &'a [f32],
     stride: usize,
     n_qh: usize,
@@ -84,12 +87,57 @@ struct Chunk {
     live: u32,
 }
 
-/// Where a register tile sits: the chunk's rows × query heads from `q0` × `groups`.
+/// Where a register tile sits: the chunk's rows × query heads from `q0` × `groups`, with the
+/// heads' staged weights.
 #[derive(Clone, Copy)]
 struct At<'a> {
     chunk: Chunk,
     groups: &'a [Group],
     q0: usize,
+    staged: &'a Staged,
+}
+
+/// Most query heads of a tile (AVX-512's 4).
+const MAX_TILE: usize = 4;
+
+/// One chunk's weights for a tile's query heads, times the rows' scales (on the grid when the
+/// page's rows are), staged once for all the tiles of those heads.
+struct Staged {
+    ws: [[f32; 32]; MAX_TILE],
+    /// What each head's chunk sums are multiplied by when added to `acc` (grid only).
+    factors: [f32; MAX_TILE],
+}
+
+/// Stages `chunk`'s weights for query heads `q0..q0 + nq`.
+///
+/// # Safety
+/// `V`'s features; the chunk's weights and scales lie inside their slices (checked shapes);
+/// `nq <= MAX_TILE`.
+#[inline(always)]
+unsafe fn stage<V: Vector>(page: &Page<'_>, chunk: Chunk, q0: usize, nq: usize) -> Staged {
+    let mut staged = Staged {
+        ws: [[0.0f32; 32]; MAX_TILE],
+        factors: [0.0; MAX_TILE],
+    };
+    // SAFETY: masked loads stay inside the chunk's weights and scales; stores inside `ws`.
+    unsafe {
+        for q in 0..nq {
+            let w = page.weights.as_ptr().add((q0 + q) * page.stride + chunk.c0);
+            for h in 0..chunk.n.div_ceil(V::N) {
+                let m = V::mask((chunk.n - V::N * h).min(V::N));
+                let mut v = V::load_masked(w.add(V::N * h), m);
+                if let Some(scales) = page.scales {
+                    let s = V::load_masked(scales.as_ptr().add(chunk.c0 + V::N * h), m);
+                    v = V::mul(v, s);
+                }
+                V::store(staged.ws[q].as_mut_ptr().add(V::N * h), v);
+            }
+            if let Some(step) = page.grid {
+                staged.factors[q] = super::grid::quantize_chunk_x86::<V>(&mut staged.ws[q], step);
+            }
+        }
+    }
+    staged
 }
 
 /// One register tile: query heads `q0..q0 + NQ` × the `NG` groups in `groups`, over one chunk
@@ -108,27 +156,16 @@ unsafe fn tile<V: Vector, L: Lanes, const NQ: usize, const NG: usize>(
     acc: &mut [f32],
 ) {
     let (d, chunk, groups, q0) = (page.d, at.chunk, at.groups, at.q0);
-    let mut ws = [[0.0f32; 32]; NQ];
-    // SAFETY (all accesses): weights and scales of the chunk's rows lie inside their slices
-    // (checked shapes); masked accumulator lanes stay inside acc row q0 + q.
+    let (ws, factors) = (&at.staged.ws, &at.staged.factors);
+    // SAFETY (all accesses): masked accumulator lanes stay inside acc row q0 + q.
     unsafe {
         let mut a = [[V::zero(); NG]; NQ];
-        for q in 0..NQ {
-            let w = page.weights.as_ptr().add((q0 + q) * page.stride + chunk.c0);
-            for h in 0..chunk.n.div_ceil(V::N) {
-                let m = V::mask((chunk.n - V::N * h).min(V::N));
-                let mut v = V::load_masked(w.add(V::N * h), m);
-                if let Some(scales) = page.scales {
-                    let s = V::load_masked(scales.as_ptr().add(chunk.c0 + V::N * h), m);
-                    v = V::mul(v, s);
+        if page.grid.is_none() {
+            for q in 0..NQ {
+                for g in 0..NG {
+                    let at = acc.as_ptr().add((q0 + q) * d + groups[g].first);
+                    a[q][g] = V::load_masked(at, V::mask(groups[g].n));
                 }
-                V::store(ws[q].as_mut_ptr().add(V::N * h), v);
-            }
-        }
-        for q in 0..NQ {
-            for g in 0..NG {
-                let at = acc.as_ptr().add((q0 + q) * d + groups[g].first);
-                a[q][g] = V::load_masked(at, V::mask(groups[g].n));
             }
         }
         let mut live = chunk.live;
@@ -149,7 +186,16 @@ unsafe fn tile<V: Vector, L: Lanes, const NQ: usize, const NG: usize>(
         for q in 0..NQ {
             for g in 0..NG {
                 let at = acc.as_mut_ptr().add((q0 + q) * d + groups[g].first);
-                V::store_masked(at, V::mask(groups[g].n), a[q][g]);
+                let mask = V::mask(groups[g].n);
+                let sum = match page.grid {
+                    // The chunk's exact sums, added once: a multiply, then an add.
+                    Some(_) => V::add(
+                        V::load_masked(at, mask),
+                        V::mul(a[q][g], V::splat(factors[q])),
+                    ),
+                    None => a[q][g],
+                };
+                V::store_masked(at, mask, sum);
             }
         }
     }
@@ -208,12 +254,20 @@ unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
             continue;
         }
         let chunk = Chunk { c0, n: nc, live };
-        for gt in groups.chunks(tile_qg) {
-            for q0 in (0..page.n_qh).step_by(tile_qg) {
-                let at = At { chunk, groups: gt, q0 };
+        for q0 in (0..page.n_qh).step_by(tile_qg) {
+            let nq = (page.n_qh - q0).min(tile_qg);
+            // SAFETY: `V`'s features; the chunk lies inside the page (checked shapes).
+            let staged = unsafe { stage::<V>(page, chunk, q0, nq) };
+            for gt in groups.chunks(tile_qg) {
+                let at = At {
+                    chunk,
+                    groups: gt,
+                    q0,
+                    staged: &staged,
+                };
                 // SAFETY: `V`'s features; the tile's heads and groups are inside acc.
                 unsafe {
-                    match (page.n_qh - q0).min(tile_qg) {
+                    match nq {
                         4 => tile_of::<V, L, 4>(src, page, at, acc),
                         3 => tile_of::<V, L, 3>(src, page, at, acc),
                         2 => tile_of::<V, L, 2>(src, page, at, acc),
@@ -256,6 +310,7 @@ unsafe fn accumulate_f16<V: Vector>(
     let page = Page {
         rows: values.len() / d,
         scales: None,
+        grid: None,
         weights,
         stride,
         n_qh: acc.len() / d,
@@ -303,7 +358,10 @@ unsafe fn accumulate_codes<V: Decoders>(
         return;
     }
     let (d, bytes) = (r.layout.d, r.layout.bytes());
-    let decoder = V::Decoder::new(r.layout, r.levels);
+    let grid = super::grid::GridLevels::new(r.layout, r.levels);
+    let levels = grid.as_ref().map_or(r.levels, super::grid::GridLevels::levels);
+    let step = grid.as_ref().map(|g| g.step);
+    let decoder = V::Decoder::new(r.layout, levels);
     // SAFETY: `V`'s features; every row lies inside `codes` (checked), the levels were checked
     // against the layout.
     unsafe {
@@ -319,6 +377,7 @@ unsafe fn accumulate_codes<V: Decoders>(
                 let page = Page {
                     rows: nb,
                     scales: Some(&r.scales[j0..j0 + nb]),
+                    grid: step,
                     weights: &weights[j0..],
                     stride,
                     n_qh: acc.len() / d,
@@ -329,8 +388,8 @@ unsafe fn accumulate_codes<V: Decoders>(
             }
             return;
         }
-        let decode = |at: usize, row: &mut [f32]| decoder.decode(r.codes, at, r.levels, row);
+        let decode = |at: usize, row: &mut [f32]| decoder.decode(r.codes, at, levels, row);
         let axpy = |w: f32, x: &[f32], y: &mut [f32]| on_width!(V, vec_f32::axpy(w, x, y));
-        accumulate_code_rows(r, weights, stride, acc, decode, axpy);
+        accumulate_code_rows(r, step, weights, stride, acc, decode, axpy);
     }
 }

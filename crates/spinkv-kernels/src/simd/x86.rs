@@ -41,6 +41,13 @@ pub(crate) trait Vector: Copy {
     /// `a·b + c`, one rounding.
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
     unsafe fn mul(a: Self, b: Self) -> Self;
+    unsafe fn add(a: Self, b: Self) -> Self;
+    /// `max(m, |v|)` lane by lane (no NaN).
+    unsafe fn max_abs(m: Self, v: Self) -> Self;
+    /// The largest lane (no NaN).
+    unsafe fn reduce_max(v: Self) -> f32;
+    /// Each lane rounded to the nearest integer, ties to even.
+    unsafe fn round_even(v: Self) -> Self;
     /// `N` elements widened to f32; `ptr` readable for them.
     unsafe fn widen<L: Lanes>(ptr: *const L) -> Self;
     /// The first `n <= N` elements widened (other lanes 0); only those are read.
@@ -110,6 +117,31 @@ impl Vector for __m256 {
     unsafe fn mul(a: Self, b: Self) -> Self {
         // SAFETY: as above.
         unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        // SAFETY: as above.
+        unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn max_abs(m: Self, v: Self) -> Self {
+        // SAFETY: as above.
+        unsafe { _mm256_max_ps(m, _mm256_andnot_ps(_mm256_set1_ps(-0.0), v)) }
+    }
+    #[inline(always)]
+    unsafe fn reduce_max(v: Self) -> f32 {
+        // SAFETY: as above.
+        unsafe {
+            let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let m = _mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m));
+            _mm_cvtss_f32(m)
+        }
+    }
+    #[inline(always)]
+    unsafe fn round_even(v: Self) -> Self {
+        // SAFETY: as above.
+        unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v) }
     }
     #[inline(always)]
     unsafe fn widen<L: Lanes>(ptr: *const L) -> Self {
@@ -230,6 +262,26 @@ impl Vector for __m512 {
     unsafe fn mul(a: Self, b: Self) -> Self {
         // SAFETY: as above.
         unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        // SAFETY: as above.
+        unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn max_abs(m: Self, v: Self) -> Self {
+        // SAFETY: as above.
+        unsafe { _mm512_max_ps(m, _mm512_abs_ps(v)) }
+    }
+    #[inline(always)]
+    unsafe fn reduce_max(v: Self) -> f32 {
+        // SAFETY: as above.
+        unsafe { _mm512_reduce_max_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn round_even(v: Self) -> Self {
+        // SAFETY: as above.
+        unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v) }
     }
     #[inline(always)]
     unsafe fn widen<L: Lanes>(ptr: *const L) -> Self {
