@@ -120,45 +120,47 @@ pub(crate) unsafe fn accumulate_code_pages_on(
 ) {
     let rows = scales.len();
     #[cfg(target_arch = "x86_64")]
-    // The grid's chunks start at each page's first row: the narrow kernels chunk the run
-    // itself, so they take runs only of pages that are whole chunks. The VNNI kernel takes
-    // any number of query heads, `narrow::MAX_HEADS` at a time: four rows per multiply-add
-    // beat decoding once into f32 for every head (prefill).
-    let n_qh = acc.len() / layout.d.max(1);
-    let vbmi = isa == Isa::Avx512 && narrow_vbmi::available();
-    if matches!(isa, Isa::Avx2 | Isa::Avx512)
-        && narrow::applies(layout, if vbmi { 1 } else { n_qh })
-        && page_rows.is_multiple_of(grid::CHUNK)
     {
-        let per_call = narrow::MAX_PAGES * page_rows;
-        for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
-            let first = i * per_call;
-            if first >= rows {
-                break;
-            }
-            let r = CodedRows::new(
-                &[],
-                layout,
-                levels,
-                &scales[first..rows.min(first + per_call)],
-            );
-            let weights = &weights[first..];
-            // SAFETY: AVX2 is part of both x86 ISAs (the caller vouches for `isa`), VBMI was
-            // detected; the run's pages hold its rows, its weights start at column `first`
-            // (checked shapes).
-            unsafe {
-                if vbmi {
-                    let d = layout.d;
-                    for (b, acc) in acc.chunks_mut(narrow::MAX_HEADS * d).enumerate() {
-                        let weights = &weights[b * narrow::MAX_HEADS * stride..];
-                        narrow_vbmi::accumulate_pages(run, page_rows, r, weights, stride, acc)
-                    }
-                } else {
-                    narrow::accumulate_pages(run, page_rows, r, weights, stride, acc)
+        // The grid's chunks start at each page's first row: the narrow kernels chunk the run
+        // itself, so they take runs only of pages that are whole chunks. The VNNI kernel takes
+        // any number of query heads, `narrow::MAX_HEADS` at a time: four rows per multiply-add
+        // beat decoding once into f32 for every head (prefill).
+        let n_qh = acc.len() / layout.d.max(1);
+        let vbmi = isa == Isa::Avx512 && narrow_vbmi::available();
+        if matches!(isa, Isa::Avx2 | Isa::Avx512)
+            && narrow::applies(layout, if vbmi { 1 } else { n_qh })
+            && page_rows.is_multiple_of(grid::CHUNK)
+        {
+            let per_call = narrow::MAX_PAGES * page_rows;
+            for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
+                let first = i * per_call;
+                if first >= rows {
+                    break;
                 }
-            };
+                let r = CodedRows::new(
+                    &[],
+                    layout,
+                    levels,
+                    &scales[first..rows.min(first + per_call)],
+                );
+                let weights = &weights[first..];
+                // SAFETY: AVX2 is part of both x86 ISAs (the caller vouches for `isa`), VBMI was
+                // detected; the run's pages hold its rows, its weights start at column `first`
+                // (checked shapes).
+                unsafe {
+                    if vbmi {
+                        let d = layout.d;
+                        for (b, acc) in acc.chunks_mut(narrow::MAX_HEADS * d).enumerate() {
+                            let weights = &weights[b * narrow::MAX_HEADS * stride..];
+                            narrow_vbmi::accumulate_pages(run, page_rows, r, weights, stride, acc)
+                        }
+                    } else {
+                        narrow::accumulate_pages(run, page_rows, r, weights, stride, acc)
+                    }
+                };
+            }
+            return;
         }
-        return;
     }
     for (p, page) in pages.iter().enumerate().take(rows.div_ceil(page_rows)) {
         let first = p * page_rows;
