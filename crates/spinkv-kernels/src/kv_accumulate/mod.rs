@@ -457,12 +457,15 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
     let mut rng = Rng::new(6);
     let stride = 37;
     let weights_for = |rng: &mut Rng, n_qh: usize| -> Vec<f32> {
-        // Softmax-like weights in [0, 1), some exactly zero (masked), token 2 zero for all.
+        // Softmax-like weights in [0, 1), some exactly zero (masked), token 2 zero for all,
+        // every fifth column negated (the kernels take any sign).
         (0..n_qh * stride)
             .map(|i| {
                 let w = rng.uniform().abs();
                 if i % stride == 2 || w < 0.2 {
                     0.0
+                } else if i % stride % 5 == 4 {
+                    -w
                 } else {
                     w
                 }

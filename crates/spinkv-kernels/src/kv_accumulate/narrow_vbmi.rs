@@ -493,6 +493,57 @@ mod tests {
         eprintln!("avx512vbmi: narrow value tile bit-exact on {ran} blocks");
     }
 
+    /// Negative weights and scales (the grid's weights are signed bytes, the levels' offset
+    /// taken back per chunk), chunks with no weight, tiny ones, and a ragged last quad, bit for
+    /// bit against the reference.
+    #[test]
+    fn vbmi_tile_takes_signed_and_degenerate_weights() {
+        if !(super::available() && crate::Isa::Avx512.cpu_supports()) {
+            eprintln!("skipped: no avx512vbmi/vnni (or avx512 f/bw/vl) on this CPU");
+            return;
+        }
+        let mut rng = Rng::new(63);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (d, half_bits, rows) in [(64usize, 6u8, 99usize), (64, 7, 130), (128, 4, 67)] {
+            let layout = crate::codes::CodeLayout::for_half_bits(d, half_bits);
+            let (packed, hi, lo) = crate::kv_score::random_block(&mut rng, &layout, rows);
+            let levels = crate::codes::Levels { hi: &hi, lo: &lo };
+            let scales: Vec<f32> = (0..rows)
+                .map(|j| match j % 11 {
+                    0 => 0.0,
+                    1 => -0.7,
+                    _ => 0.5 + rng.uniform(),
+                })
+                .collect();
+            let block = crate::codes::CodedRows::new(&packed, &layout, levels, &scales);
+            let n_qh = 5;
+            let weights: Vec<f32> = (0..n_qh * rows)
+                .map(|i| {
+                    let (qh, j) = (i / rows, i % rows);
+                    match (qh, j / 32) {
+                        (1, 1) => 0.0,            // a chunk with no weight
+                        (2, 0) => 1e-39,          // too small for the grid's step
+                        (3, _) => -rng.uniform(), // every weight negative
+                        _ => rng.uniform(),       // signed
+                    }
+                })
+                .collect();
+            let start = random_vec(rng.next_u64(), n_qh * d);
+            let mut want = start.clone();
+            scalar::accumulate_codes(block, &weights, rows, &mut want);
+            let mut got = start.clone();
+            // SAFETY: VBMI/VNNI and AVX-512 detected above; narrow::applies holds (n_qh <= 9).
+            unsafe { super::accumulate(block, &weights, rows, &mut got) };
+            assert_eq!(bits(&got), bits(&want), "d={d} {half_bits}/2 bits");
+            let as_pages = |isa| {
+                // SAFETY: as above (scalar runs anywhere).
+                unsafe { accumulate_as_pages(isa, block, rows, 32, &weights, rows, &start) }
+            };
+            let (paged, want) = (as_pages(crate::Isa::Avx512), as_pages(crate::Isa::Scalar));
+            assert_eq!(bits(&paged), bits(&want), "pages d={d} {half_bits}/2 bits");
+        }
+    }
+
     /// Calls longer than one staged block (256 rows): one page of 600 rows, and runs of 8
     /// pages of 64 and 100 rows, for the presets' value rates at head dims 64 and 128.
     #[test]
