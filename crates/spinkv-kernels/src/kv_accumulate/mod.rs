@@ -122,15 +122,15 @@ pub(crate) unsafe fn accumulate_code_pages_on(
     #[cfg(target_arch = "x86_64")]
     {
         // The grid's chunks start at each page's first row: the narrow kernels chunk the run
-        // itself, so they take runs only of pages that are whole chunks. The VNNI kernel takes
-        // any number of query heads, `narrow::MAX_HEADS` at a time: four rows per multiply-add
-        // beat decoding once into f32 for every head (prefill).
+        // itself, so they take runs only of pages that are whole chunks.
         let n_qh = acc.len() / layout.d.max(1);
-        let vbmi = isa == Isa::Avx512 && narrow_vbmi::available();
-        if matches!(isa, Isa::Avx2 | Isa::Avx512)
-            && narrow::applies(layout, if vbmi { 1 } else { n_qh })
-            && page_rows.is_multiple_of(grid::CHUNK)
-        {
+        let kernel = match isa {
+            Isa::Avx2 | Isa::Avx512 if page_rows.is_multiple_of(grid::CHUNK) => {
+                narrow::kernel_for(isa == Isa::Avx512, layout, n_qh)
+            }
+            _ => None,
+        };
+        if let Some(kernel) = kernel {
             let per_call = narrow::MAX_PAGES * page_rows;
             for (i, run) in pages.chunks(narrow::MAX_PAGES).enumerate() {
                 let first = i * per_call;
@@ -144,18 +144,17 @@ pub(crate) unsafe fn accumulate_code_pages_on(
                     &scales[first..rows.min(first + per_call)],
                 );
                 let weights = &weights[first..];
-                // SAFETY: AVX2 is part of both x86 ISAs (the caller vouches for `isa`), VBMI was
-                // detected; the run's pages hold its rows, its weights start at column `first`
-                // (checked shapes).
+                // SAFETY: AVX2 is part of both x86 ISAs (the caller vouches for `isa`), VBMI and
+                // VNNI were detected; the run's pages hold its rows, its weights start at column
+                // `first` (checked shapes).
                 unsafe {
-                    if vbmi {
-                        let d = layout.d;
-                        for (b, acc) in acc.chunks_mut(narrow::MAX_HEADS * d).enumerate() {
-                            let weights = &weights[b * narrow::MAX_HEADS * stride..];
+                    match kernel {
+                        narrow::Kernel::VbmiVnni => {
                             narrow_vbmi::accumulate_pages(run, page_rows, r, weights, stride, acc)
                         }
-                    } else {
-                        narrow::accumulate_pages(run, page_rows, r, weights, stride, acc)
+                        narrow::Kernel::Avx2 => {
+                            narrow::accumulate_pages(run, page_rows, r, weights, stride, acc)
+                        }
                     }
                 };
             }
@@ -348,6 +347,13 @@ fn grid_chunks(
     let n_qh = factors.len();
     for c0 in (0..rows).step_by(grid::CHUNK) {
         let nc = (rows - c0).min(grid::CHUNK);
+        // Bit t: row c0 + t has a non-zero weight for some head (nc <= 32).
+        let live = (0..nc)
+            .filter(|&t| any_weight(weights, stride, n_qh, c0 + t))
+            .fold(0u32, |bits, t| bits | 1 << t);
+        if live == 0 {
+            continue;
+        }
         for (qh, (ws, factor)) in ws
             .chunks_exact_mut(grid::CHUNK)
             .zip(&mut *factors)
@@ -359,14 +365,8 @@ fn grid_chunks(
             }
             *factor = grid::quantize_chunk(ws, grid.level_step);
         }
-        if !(0..nc).any(|t| any_weight(weights, stride, n_qh, c0 + t)) {
-            continue;
-        }
         sums.fill(0.0);
-        for t in 0..nc {
-            if !any_weight(weights, stride, n_qh, c0 + t) {
-                continue;
-            }
+        for t in (0..nc).filter(|t| live & 1 << t != 0) {
             decode(c0 + t, row);
             for (qh, sum) in sums.chunks_exact_mut(d).enumerate() {
                 let q = ws[qh * grid::CHUNK + t];

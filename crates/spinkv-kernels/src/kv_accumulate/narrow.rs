@@ -50,6 +50,25 @@ pub(crate) fn applies(layout: &CodeLayout, n_qh: usize) -> bool {
         && layout.segments().is_some()
 }
 
+/// A narrow kernel (see [`kernel_for`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// This module's f32 tile, up to [`MAX_HEADS`] heads.
+    Avx2,
+    /// `narrow_vbmi`'s four-row tile, any number of heads.
+    VbmiVnni,
+}
+
+/// The narrow kernel that takes `n_qh` query heads of `layout` (`avx512`: the caller runs the
+/// AVX-512 ISA), if one does.
+pub(crate) fn kernel_for(avx512: bool, layout: &CodeLayout, n_qh: usize) -> Option<Kernel> {
+    if avx512 && applies(layout, 1) && super::narrow_vbmi::available() {
+        Some(Kernel::VbmiVnni)
+    } else {
+        applies(layout, n_qh).then_some(Kernel::Avx2)
+    }
+}
+
 /// How one segment's codes become levels.
 #[derive(Clone, Copy)]
 struct Lookup {

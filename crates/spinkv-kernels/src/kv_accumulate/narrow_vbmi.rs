@@ -322,8 +322,8 @@ unsafe fn tile_of(
 /// `acc[qh][c] += Σ_j (weights[qh·stride + j] · scales[j]) · level_c(code_{j,c})`, on the grid.
 ///
 /// # Safety
-/// [`available`]; shapes as checked by `super::accumulate_codes`; `super::narrow::applies`
-/// holds for the layout.
+/// [`available`]; shapes as checked by `super::accumulate_codes`;
+/// `super::narrow::applies(layout, 1)` holds.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
 pub(crate) unsafe fn accumulate(r: CodedRows<'_>, weights: &[f32], stride: usize, acc: &mut [f32]) {
     let page_rows = r.scales.len().max(1);
@@ -335,8 +335,11 @@ pub(crate) unsafe fn accumulate(r: CodedRows<'_>, weights: &[f32], stride: usize
 /// `pages[j / page_rows]` (`r.codes` is not read); the tables and the group plan are built once
 /// per run. The grid's chunks are the run's: pages of whole chunks (or one page).
 ///
+/// Any number of query heads, `MAX_HEADS` at a time (each batch decodes the rows again): four
+/// rows per multiply-add beat decoding once into f32 for every head (prefill).
+///
 /// # Safety
-/// [`available`]; `super::narrow::applies` holds for the layout;
+/// [`available`]; `super::narrow::applies(layout, 1)` holds;
 /// `pages.len() <= super::narrow::MAX_PAGES`, they hold the `r.scales.len()` rows; weights and
 /// `acc` as checked by `super::accumulate_codes`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
@@ -350,7 +353,6 @@ pub(crate) unsafe fn accumulate_pages(
 ) {
     let layout = r.layout;
     let (d, bytes, rows) = (layout.d, layout.bytes(), r.scales.len());
-    let n_qh = acc.len() / d;
     let segs = layout.segments().expect("narrow layouts have segments");
     let grid = GridLevels::new(layout, r.levels).expect("narrow layouts are on the grid");
     let levels = grid.levels();
@@ -367,7 +369,7 @@ pub(crate) unsafe fn accumulate_pages(
             continue;
         }
         let table = levels.table(layout, seg.first);
-        // SAFETY: AVX-512F; grid tables hold 16 integer levels, |ℓ| ≤ 255.
+        // SAFETY: AVX-512F; grid tables hold 16 integer levels, |ℓ| ≤ 127.
         lookups[i] = unsafe { Lookup::new(seg.width, table) };
         for g in 0..seg.len.div_ceil(LANES) {
             let group = Group {
@@ -400,9 +402,8 @@ pub(crate) unsafe fn accumulate_pages(
     let mut pads = Pads::uninit();
     let src = row_source(pages, page_rows, rows, bytes, max_end, OVERREAD, &mut pads);
 
-    let acc = acc.as_mut_ptr();
     // Weights and row addresses are left unset: `stage` writes every row the tiles read
-    // (~5 KiB per call not cleared; a one-page call reads 32 rows of it).
+    // (~4 KiB per call not cleared; a one-page call reads 32 rows of it).
     let block = &mut Block {
         ws: [[MaybeUninit::uninit(); BLOCK]; MAX_HEADS],
         factors: [[0.0; BLOCK_CHUNKS]; MAX_HEADS],
@@ -410,22 +411,30 @@ pub(crate) unsafe fn accumulate_pages(
         rows: [MaybeUninit::uninit(); BLOCK + ROWS - 1],
         live: [[0; BLOCK_CHUNKS]; MAX_HEADS / TILE_Q],
     };
-    for b0 in (0..rows).step_by(BLOCK) {
-        let nb = (rows - b0).min(BLOCK);
-        // SAFETY: AVX-512F; the block's weights and scales exist (checked shapes), n_qh is
-        // at most MAX_HEADS (`narrow::applies`).
-        let grid = (r.scales, grid.step);
-        unsafe { stage(&src, (weights, stride), grid, n_qh, (b0, nb), block) };
-        let n_chunks = nb.div_ceil(CHUNK);
-        for q0 in (0..n_qh).step_by(TILE_Q) {
-            let nq = (n_qh - q0).min(TILE_Q);
-            if block.live[q0 / TILE_Q][..n_chunks].iter().all(|&l| l == 0) {
-                continue;
-            }
-            for &(lo, hi) in &tiles[..n_tiles] {
-                // SAFETY: AVX-512 VBMI/VNNI; heads q0..q0 + nq and the groups lie inside acc; live
-                // rows are rows of src, readable OVERREAD bytes past their end.
-                unsafe { tile_of(&lookups, &groups[lo..hi], (block, n_chunks), acc, d, q0, nq) };
+    for (batch, acc) in acc.chunks_mut(MAX_HEADS * d).enumerate() {
+        let n_qh = acc.len() / d;
+        let weights = &weights[batch * MAX_HEADS * stride..];
+        let acc = acc.as_mut_ptr();
+        for b0 in (0..rows).step_by(BLOCK) {
+            let nb = (rows - b0).min(BLOCK);
+            // SAFETY: AVX-512F; the block's weights and scales exist (checked shapes), a batch
+            // has at most MAX_HEADS heads.
+            let grid = (r.scales, grid.step);
+            unsafe { stage(&src, (weights, stride), grid, n_qh, (b0, nb), block) };
+            let n_chunks = nb.div_ceil(CHUNK);
+            for q0 in (0..n_qh).step_by(TILE_Q) {
+                let nq = (n_qh - q0).min(TILE_Q);
+                if block.live[q0 / TILE_Q][..n_chunks].iter().all(|&l| l == 0) {
+                    continue;
+                }
+                for &(lo, hi) in &tiles[..n_tiles] {
+                    // SAFETY: AVX-512 VBMI/VNNI; heads q0..q0 + nq and the groups lie inside
+                    // the batch's acc; live rows are rows of src, readable OVERREAD bytes past
+                    // their end.
+                    unsafe {
+                        tile_of(&lookups, &groups[lo..hi], (block, n_chunks), acc, d, q0, nq)
+                    };
+                }
             }
         }
     }
@@ -532,7 +541,7 @@ mod tests {
             let mut want = start.clone();
             scalar::accumulate_codes(block, &weights, rows, &mut want);
             let mut got = start.clone();
-            // SAFETY: VBMI/VNNI and AVX-512 detected above; narrow::applies holds (n_qh <= 9).
+            // SAFETY: VBMI/VNNI and AVX-512 detected above; narrow::applies holds for the layout.
             unsafe { super::accumulate(block, &weights, rows, &mut got) };
             assert_eq!(bits(&got), bits(&want), "d={d} {half_bits}/2 bits");
             let as_pages = |isa| {

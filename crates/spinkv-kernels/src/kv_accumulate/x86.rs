@@ -345,14 +345,15 @@ unsafe fn accumulate_codes<V: Decoders>(
     stride: usize,
     acc: &mut [f32],
 ) {
-    if super::narrow::applies(r.layout, acc.len() / r.layout.d) {
-        // SAFETY: AVX2 is part of both x86 ISAs' features, VBMI is detected before its kernel
-        // runs (16 lanes: this is the AVX-512 entry point); shapes checked by the dispatcher.
+    use super::narrow::{kernel_for, Kernel};
+    // 16 lanes: this is the AVX-512 entry point.
+    if let Some(kernel) = kernel_for(V::N == 16, r.layout, acc.len() / r.layout.d) {
+        // SAFETY: AVX2 is part of both x86 ISAs' features, VBMI and VNNI were detected;
+        // shapes checked by the dispatcher.
         unsafe {
-            if V::N == 16 && super::narrow_vbmi::available() {
-                super::narrow_vbmi::accumulate(r, weights, stride, acc)
-            } else {
-                super::narrow::accumulate(r, weights, stride, acc)
+            match kernel {
+                Kernel::VbmiVnni => super::narrow_vbmi::accumulate(r, weights, stride, acc),
+                Kernel::Avx2 => super::narrow::accumulate(r, weights, stride, acc),
             }
         };
         return;
