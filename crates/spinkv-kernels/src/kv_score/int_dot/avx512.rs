@@ -6,11 +6,12 @@
 //! 64-bit lane (row A's lanes in the low 256 bits, B's in the high); one `vpmultishiftqb` moves
 //! each code to a byte of its own (any width, any bit offset: the plan says where); one
 //! zero-masked `vpermb` looks all 64 up in a 64-entry table of the group's biased levels
-//! (`level + 128`, repeated every `2^w` entries, so the bits above a code need no mask). The
-//! even bytes (`& 0xff`) and the odd bytes (`>> 8`) are then two registers of int16 levels,
-//! zero-extended; the query is dealt to match once per call (a span's even coordinates in both
-//! halves of one register, its odd ones in another). `vpdpwssd` multiplies and adds into int32
-//! in one instruction; the bias comes off as `128 · Σ q` per head after the reduction. Wrapping
+//! (`level + 128`, repeated every `2^w` entries, so the bits above a code need no mask). Each
+//! 32-bit lane then holds 4 consecutive levels of one row as unsigned bytes, and `vpdpbusd`
+//! multiplies them by the head's int8 query coordinates (the span's, repeated in every row's
+//! part of the register once per call) and adds the four products into int32 in one
+//! instruction: 64 products, against 32 for `vpdpwssd` on int16 lanes, and no split into even
+//! and odd bytes. The bias comes off as `128 · Σ q` per head after the reduction. Wrapping
 //! int32 sums are exact, so the result is the scalar reference's bits.
 //!
 //! A block of 16 rows is 8 pairs (pair `i` of each half of the block: its rows `i` and `i + 4`),

@@ -1,5 +1,5 @@
 //! Key scores in integer arithmetic, straight from the packed codes: the rotated query is
-//! quantised once per step and head to int16 (one scale per head), the codebook levels once per
+//! quantised once per step and head to int8 (one scale per head; stored as int16s), the codebook levels once per
 //! codec to int8 (one scale shared by both channel groups), and a token's score is
 //! `(factor · Σ_c q_c · level_c(code_c)) · scale_j` with the sum in int32.
 //!
@@ -10,7 +10,7 @@
 //! What it supports: code widths up to 4 bits (a level table fits one 16-byte byte shuffle —
 //! `vpshufb` on AVX2, `tbl` on NEON, `i8x16.swizzle` on SIMD128), a second channel group that
 //! starts on a byte (`CodeLayout::segments`), head dims up to [`MAX_INT_DIM`] (the int32 sum
-//! cannot overflow: 256 · 127 · 32767 < 2^31). Other layouts keep the float scan.
+//! cannot overflow: 256 · 255 · 127 < 2^31, the biased levels included). Other layouts keep the float scan.
 //!
 //! Query layout: per head, [`query_len`] int16s — group 0's channels padded with zeros to a
 //! multiple of 16, then group 1's likewise, so kernels work on whole groups of 16 codes (the
@@ -25,8 +25,9 @@ use crate::isa::{active_isa, dispatch, Isa};
 pub const MAX_INT_DIM: usize = 256;
 /// Largest code width of the integer scan (levels through one 16-entry byte table).
 pub const MAX_INT_WIDTH: u32 = 4;
-/// Integer range of a quantised query coordinate.
-const QUERY_MAX: f32 = 32767.0;
+/// Integer range of a quantised query coordinate: int8, so AVX-512 VNNI multiplies 64 of them
+/// an instruction (`vpdpbusd`); the other ISAs take the same values in int16 lanes.
+pub(crate) const QUERY_MAX: f32 = 127.0;
 /// Integer range of a quantised level.
 const LEVEL_MAX: f32 = 127.0;
 /// Codes per kernel group (one 256-bit register of int16 lanes).
@@ -413,7 +414,7 @@ mod tests {
     use crate::test_util::{random_vec, Rng};
 
     /// The integer score stays within the quantisation steps of the float score it stands
-    /// for: int16 query (relative step 2^-15 of its largest coordinate) and int8 levels
+    /// for: int8 query (relative step 1/127 of its largest coordinate) and int8 levels
     /// (half a step of 1/127 of the largest level).
     #[test]
     fn integer_scores_track_the_float_scores() {
@@ -454,7 +455,7 @@ mod tests {
                 rows,
             );
             let q_max = q.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let bound_per_channel = levels.scale * 0.5 * q_max + 0.3 * q_max / 32767.0 * 0.5;
+            let bound_per_channel = levels.scale * 0.5 * q_max + 0.3 * q_max / QUERY_MAX * 0.5;
             for j in 0..rows {
                 let bound = 2.0 * scales[j] * layout.d as f32 * bound_per_channel;
                 assert!(

@@ -26,14 +26,14 @@ const HEADS: usize = 4;
 /// Added to an int8 level to make it an unsigned byte (zero-extended, no sign fix-up).
 const BIAS: i32 = 128;
 
-/// Whether this CPU has the byte permutes and multishift (VBMI) and `vpdpwssd` (VNNI).
+/// Whether this CPU has the byte permutes and multishift (VBMI) and `vpdpbusd` (VNNI).
 pub(super) fn cpu_has_vbmi_vnni() -> bool {
     is_x86_feature_detected!("avx512vbmi") && is_x86_feature_detected!("avx512vnni")
 }
 
 /// One gather's cut: 32 codes of row A in bytes 0..32, the same 32 of row B in bytes 32..64
 /// (padded query coordinates `32z..32z + 32` of span `z`), 8 consecutive codes to a 64-bit
-/// lane; the even bytes become one register of int16 levels, the odd bytes another.
+/// lane; after the lookup, each 32-bit lane holds 4 consecutive biased levels of one row.
 #[derive(Clone, Copy)]
 struct Span {
     /// Byte of the row where the span's load starts (0 when the row is loaded whole).
@@ -159,32 +159,6 @@ impl Plan {
         }
     }
 }
-
-/// The int16 lanes that deal a span's 32 query coordinates to its two registers: the even
-/// ones, then the odd ones, each to both 256-bit halves.
-static DEAL: [[u16; 32]; 2] = {
-    let mut t = [[0u16; 32]; 2];
-    let mut i = 0;
-    while i < 32 {
-        t[0][i] = (2 * (i % 16)) as u16;
-        t[1][i] = (2 * (i % 16) + 1) as u16;
-        i += 1;
-    }
-    t
-};
-
-/// [`DEAL`] for four rows to a register: a 16-code span's even coordinates in every 128-bit
-/// quarter, then its odd ones.
-static DEAL_QUAD: [[u16; 32]; 2] = {
-    let mut t = [[0u16; 32]; 2];
-    let mut i = 0;
-    while i < 32 {
-        t[0][i] = (2 * (i % 8)) as u16;
-        t[1][i] = (2 * (i % 8) + 1) as u16;
-        i += 1;
-    }
-    t
-};
 
 /// 0, 1, ..., 63.
 static IOTA: [u8; 64] = {
@@ -333,16 +307,11 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool, const QUAD: bool>(
     let len = query_len(r.layout);
     let spans = plan.spans.as_slice();
     let span_len = if QUAD { SPAN / 2 } else { SPAN };
-    // Each head's query as the lanes hold it: per span, its even coordinates in every row's
-    // part of a register, then its odd ones (span z, parity e, head h at (2z + e) · H + h);
-    // and the bias its sums carry.
-    let mut doubled = MaybeUninit::<[__m512i; 2 * HEADS * MAX_SPANS]>::uninit();
-    let doubled = doubled.as_mut_ptr() as *mut __m512i;
-    // SAFETY: 64-byte static.
-    let [evens, odds] = unsafe {
-        let deal = if QUAD { &DEAL_QUAD } else { &DEAL };
-        [&deal[0], &deal[1]].map(|v| _mm512_loadu_si512(v.as_ptr() as *const __m512i))
-    };
+    // Each head's query as the lanes hold it: per span, its int8 coordinates repeated in
+    // every row's part of a register (span z, head h at z · H + h); and the bias its sums
+    // carry.
+    let mut dealt = MaybeUninit::<[__m512i; HEADS * MAX_SPANS]>::uninit();
+    let dealt = dealt.as_mut_ptr() as *mut __m512i;
     let mut bias = [0i32; H];
     for (h, bias) in bias.iter_mut().enumerate() {
         let q = queries.head(h0 + h, len);
@@ -350,16 +319,22 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool, const QUAD: bool>(
         *bias = BIAS * q.iter().map(|&v| v as i32).sum::<i32>();
         for z in 0..spans.len() {
             let mask = ((1u64 << (len - z * span_len).min(span_len)) - 1) as __mmask32;
-            // SAFETY: the masked lanes lie inside the query (len int16s); (2z + 1) · H + h is
-            // inside `doubled` (H ≤ HEADS, spans ≤ MAX_SPANS).
+            // SAFETY: the masked lanes lie inside the query (len int16s); z · H + h is inside
+            // `dealt` (H ≤ HEADS, spans ≤ MAX_SPANS).
             unsafe {
                 let v = _mm512_maskz_loadu_epi16(mask, q.as_ptr().add(z * span_len));
-                doubled.add(2 * z * H + h).write(_mm512_permutexvar_epi16(evens, v));
-                doubled.add((2 * z + 1) * H + h).write(_mm512_permutexvar_epi16(odds, v));
+                // The int16s hold int8 values (`QUERY_MAX`), so truncating them is exact.
+                let bytes = _mm512_cvtepi16_epi8(v);
+                let repeated = if QUAD {
+                    _mm512_broadcast_i32x4(_mm256_castsi256_si128(bytes))
+                } else {
+                    _mm512_broadcast_i64x4(bytes)
+                };
+                dealt.add(z * H + h).write(repeated);
             }
         }
     }
-    let doubled = doubled as *const __m512i;
+    let dealt = dealt as *const __m512i;
     let bytes = r.layout.bytes();
     let rows = r.scales.len();
     let mut sums = [[_mm512_setzero_si512(); PAIRS]; H];
@@ -452,14 +427,9 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool, const QUAD: bool>(
                 } else {
                     _mm512_maskz_permutexvar_epi8(span.masks[1], code, tables[1])
                 };
-                let even = _mm512_and_si512(levels, _mm512_set1_epi16(0xff));
-                let odd = _mm512_srli_epi16::<8>(levels);
                 for (h, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: span z of head h lies inside `doubled` (written above).
-                    unsafe {
-                        *acc = _mm512_dpwssd_epi32(*acc, even, *doubled.add(2 * z * H + h));
-                        *acc = _mm512_dpwssd_epi32(*acc, odd, *doubled.add((2 * z + 1) * H + h));
-                    }
+                    // SAFETY: span z of head h lies inside `dealt` (written above).
+                    unsafe { *acc = _mm512_dpbusd_epi32(*acc, levels, *dealt.add(z * H + h)) };
                 }
             }
             for (s, a) in sums.iter_mut().zip(acc) {
