@@ -21,7 +21,7 @@ use crate::codec::paged::MAX_RUN_PAGES;
 use crate::codec::{ScoreRows, SealedCodec};
 use crate::config::KvShape;
 use crate::kernels::{
-    axpy_f32, exp_sub_sum, kv_accumulate, kv_score, max_f32, prefetch_read, scale_f32,
+    axpy_f32, exp_sub_sum, kv_accumulate, kv_score, max_f32, prefetch, scale_f32,
 };
 use crate::pool::PagePool;
 use crate::profile::{timed, Laps, Phase, PhaseCounters};
@@ -328,6 +328,8 @@ fn run_item_with(
     let first_pos = job.start + item.queries.start;
     let scale = 1.0 / (d as f32).sqrt();
     let mut laps = Laps::start(job.profile);
+    // Nothing another call queued on this thread is wanted here.
+    prefetch::clear();
     let state_len = Partial::len(n_qh, d);
     for head_state in state.chunks_mut(head_stride).take(n_kv_heads) {
         Partial::init(&mut head_state[..state_len], n_qh, d);
@@ -407,10 +409,18 @@ fn run_item_with(
         let visible = tile.count.min(last_pos - tile.first + 1);
         // Loads run a tile's worth of pages past this tile: the scan of a tile, every head,
         // outlasts a DRAM round trip, and the next tile's pages wait in L2. The hints are
-        // spread over the tile's key and value scans: issued at once they fill the CPU's miss
-        // queue and stall it.
+        // queued and spread over the tile's key and value scans: the sealed scan kernels
+        // issue a few lines per block of rows (`prefetch::pump`), and after each scan the
+        // queue is brought down to the share of the scans still to come (for kernels that do
+        // not pump). Issued at once, they fill the CPU's miss queue and stall it.
         let ahead = (index + n_pages + tile_pages).min(end);
-        let per_scan = ahead.saturating_sub(prefetched).div_ceil(2 * n_kv_heads);
+        prefetch_segments(job, &mut prefetched, ahead);
+        let (tile_lines, scans) = (prefetch::queued_lines(), 2 * n_kv_heads);
+        let mut scans_left = scans;
+        let mut scan_done = || {
+            scans_left -= 1;
+            prefetch::pump_to(tile_lines * scans_left / scans);
+        };
         let rows = ScoreRows {
             n_qh,
             visible,
@@ -421,7 +431,6 @@ fn run_item_with(
             let prepared = &all_prepared[kv_head * prepared_len..][..prepared_len];
             let mut state =
                 Partial::view(&mut state[kv_head * head_stride..][..state_len], n_qh, d);
-            prefetch_segments(job, &mut prefetched, per_scan, ahead);
             match seg.kind {
                 PageKind::Fp16 => {
                     let page = job.fp16_pool.page(seg.page);
@@ -433,6 +442,7 @@ fn run_item_with(
                     codec.score_pages(&pages[..n_pages], kv_head, prepared, rows, scores);
                 }
             }
+            scan_done();
             laps.lap(Phase::KeyScan);
             softmax_step(
                 &tile,
@@ -446,7 +456,6 @@ fn run_item_with(
                 d,
             );
             laps.lap(Phase::Softmax);
-            prefetch_segments(job, &mut prefetched, per_scan, ahead);
             match seg.kind {
                 PageKind::Fp16 => {
                     let page = job.fp16_pool.page(seg.page);
@@ -459,6 +468,7 @@ fn run_item_with(
                     codec.accumulate_pages(&pages[..n_pages], kv_head, scores, rows, acc);
                 }
             }
+            scan_done();
             laps.lap(Phase::ValueScan);
         }
         index += n_pages;
@@ -466,17 +476,16 @@ fn run_item_with(
     4 * needed
 }
 
-/// Starts loading the pages of up to `count` segments from `*next` (not past `stop`), every
-/// head of them (the scan reads them whole), and moves `*next` past them.
-fn prefetch_segments(job: &AttendJob<'_>, next: &mut usize, count: usize, stop: usize) {
-    let stop = (*next + count).min(stop);
+/// Queues the pages of the segments from `*next` up to `stop` for prefetching, every head of
+/// them (the scan reads them whole), and moves `*next` past them.
+fn prefetch_segments(job: &AttendJob<'_>, next: &mut usize, stop: usize) {
     while *next < stop {
         let seg = job.table.segment(*next, job.page_tokens);
         let page = match seg.kind {
             PageKind::Fp16 => job.fp16_pool.page(seg.page),
             PageKind::Sealed => job.sealed_pool.page(seg.page),
         };
-        prefetch_read(page);
+        prefetch::enqueue(page);
         *next += 1;
     }
 }
