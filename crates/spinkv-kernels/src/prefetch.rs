@@ -56,6 +56,14 @@ pub fn enqueue(bytes: &[u8]) {
     })
 }
 
+/// What a scan kernel issues for `rows` rows it scanned: half a line per row. The attention
+/// scan queues the next tile's pages, ~110 lines per head's key or value scan of a 256-token
+/// tile at head dim 64, so 128 lines finish them within the scan.
+#[inline]
+pub fn pump_rows(rows: usize) {
+    pump(rows / 2);
+}
+
 /// Issues up to `lines` queued cache lines; returns at once when nothing is queued.
 #[inline]
 pub fn pump(lines: usize) {

@@ -347,6 +347,7 @@ fn grid_chunks(
     let n_qh = factors.len();
     for c0 in (0..rows).step_by(grid::CHUNK) {
         let nc = (rows - c0).min(grid::CHUNK);
+        crate::prefetch::pump_rows(nc);
         // Bit t: row c0 + t has a non-zero weight for some head (nc <= 32).
         let live = (0..nc)
             .filter(|&t| any_weight(weights, stride, n_qh, c0 + t))

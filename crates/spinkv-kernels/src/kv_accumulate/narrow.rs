@@ -421,6 +421,7 @@ pub(crate) unsafe fn accumulate_pages(
     let acc = acc.as_mut_ptr();
     for c0 in (0..rows).step_by(CHUNK) {
         let nc = (rows - c0).min(CHUNK);
+        crate::prefetch::pump_rows(nc);
         for q0 in (0..n_qh).step_by(TILE_Q) {
             let nq = (n_qh - q0).min(TILE_Q);
             // SAFETY: AVX2; the chunk's weights and scales exist (checked shapes).

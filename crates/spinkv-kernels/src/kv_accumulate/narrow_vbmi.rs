@@ -30,9 +30,6 @@ const OVERREAD: usize = 7;
 /// Channel groups per register tile: 3 heads × 4 groups = 12 accumulators, with each group's
 /// control and table (8) and the decoded groups well inside the 32 zmm registers.
 const TILE_G: usize = 4;
-/// Queued prefetch lines issued per 32-row chunk ([`crate::prefetch::pump`]): the next
-/// tile's pages, ~7 KiB per head's scan of a 256-token tile at d 64, within the scan.
-const PREFETCH_LINES: usize = 16;
 /// Merge masks of rows B, C, D: byte 1, 2 or 3 of every 32-bit lane.
 const ROW_BYTES: [__mmask64; ROWS] = [
     0x1111_1111_1111_1111,
@@ -232,7 +229,7 @@ unsafe fn tile<const NQ: usize, const NG: usize>(
             table[g] = lookups[groups[g].seg].table;
         }
         for c in 0..n_chunks {
-            crate::prefetch::pump(PREFETCH_LINES);
+            crate::prefetch::pump_rows(CHUNK);
             let mut live = block.live[q0 / TILE_Q][c];
             if live == 0 {
                 continue;

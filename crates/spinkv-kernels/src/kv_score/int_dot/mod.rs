@@ -219,6 +219,9 @@ pub(crate) fn score_unpacked_rows(
     let mut row = [0i16; MAX_INT_DIM + 2 * GROUP];
     let row = &mut row[..len];
     for (j, &scale) in r.scales.iter().enumerate() {
+        if j % 16 == 0 {
+            crate::prefetch::pump_rows(16);
+        }
         unpack(r.row(j), codes);
         let (hi_codes, lo_codes) = codes.split_at(n_hi);
         for (level, &code) in row[..n_hi].iter_mut().zip(hi_codes) {

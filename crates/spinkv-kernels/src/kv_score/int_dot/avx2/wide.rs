@@ -440,6 +440,7 @@ unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool>(
                 s[sums_t] = a;
             }
         }
+        crate::prefetch::pump_rows(nb);
         let mut row_scales = [0.0f32; BLOCK];
         row_scales[..nb].copy_from_slice(&r.scales[j0..j0 + nb]);
         // SAFETY: 8-float local array.

@@ -25,10 +25,6 @@ const QUAD_ROW_BYTES: usize = 32;
 const HEADS: usize = 4;
 /// Added to an int8 level to make it an unsigned byte (zero-extended, no sign fix-up).
 const BIAS: i32 = 128;
-/// Queued prefetch lines issued per block ([`crate::prefetch::pump`]): the attention scan
-/// queues the next tile's pages (~7 KiB per head's key or value scan of a 256-token tile at
-/// d 64), so 8 lines per 16 rows finish them within the scan.
-const PREFETCH_LINES: usize = 8;
 
 /// Whether this CPU has the byte permutes and multishift (VBMI) and `vpdpbusd` (VNNI).
 pub(super) fn cpu_has_vbmi_vnni() -> bool {
@@ -454,6 +450,6 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool, const QUAD: bool>(
             // SAFETY: the nb scores from `at` lie inside `scores` (stride ≥ rows, checked).
             unsafe { _mm512_mask_storeu_ps(scores.as_mut_ptr().add(at), mask, out) };
         }
-        crate::prefetch::pump(PREFETCH_LINES);
+        crate::prefetch::pump_rows(nb);
     }
 }
