@@ -5,6 +5,7 @@ use std::arch::x86_64::*;
 
 /// # Safety
 /// CPU must support AVX2+FMA+F16C; equal lengths.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn decode_log_u8(codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
     let n = codes.len();
@@ -43,4 +44,17 @@ fn exp2(x: __m256) -> __m256 {
         _mm256_set1_epi32(127),
     ));
     _mm256_mul_ps(two_r, _mm256_castsi256_ps(two_n))
+}
+
+/// # Safety
+/// CPU must support AVX2+FMA+F16C; `out` as long as the runs together.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn decode_log_u8_runs(runs: &[super::LogRun<'_>], out: &mut [f32]) {
+    let mut at = 0;
+    for run in runs {
+        let n = run.codes.len();
+        // SAFETY: this function's features; equal lengths; the runs together are as long as `out`.
+        unsafe { decode_log_u8(run.codes, run.lo, run.step, &mut out[at..at + n]) };
+        at += n;
+    }
 }

@@ -6,6 +6,7 @@ use std::arch::x86_64::*;
 
 /// # Safety
 /// CPU must support AVX-512 F/BW/VL (+AVX2/FMA/F16C); equal lengths.
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn decode_log_u8(codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
     let n = codes.len();
@@ -48,4 +49,17 @@ fn exp2(x: __m512) -> __m512 {
         _mm512_set1_epi32(127),
     ));
     _mm512_mul_ps(two_r, _mm512_castsi512_ps(two_n))
+}
+
+/// # Safety
+/// CPU must support AVX-512 F/BW/VL (+AVX2/FMA/F16C); `out` as long as the runs together.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn decode_log_u8_runs(runs: &[super::LogRun<'_>], out: &mut [f32]) {
+    let mut at = 0;
+    for run in runs {
+        let n = run.codes.len();
+        // SAFETY: this function's features; equal lengths; the runs together are as long as `out`.
+        unsafe { decode_log_u8(run.codes, run.lo, run.step, &mut out[at..at + n]) };
+        at += n;
+    }
 }

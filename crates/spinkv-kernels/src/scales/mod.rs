@@ -29,6 +29,30 @@ pub fn decode_log_u8(codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
     unsafe { decode_log_u8_on(active_isa(), codes, lo, step, out) }
 }
 
+/// One block of log-grid codes for [`decode_log_u8_runs`]: its codes and grid.
+#[derive(Clone, Copy, Debug)]
+pub struct LogRun<'a> {
+    pub codes: &'a [u8],
+    pub lo: f32,
+    pub step: f32,
+}
+
+/// [`decode_log_u8`] of several blocks into `out` back to back, in one call: a block is a
+/// page's 32 scales, and the polynomial's dependency chain is long, so decoding a scan tile's
+/// pages in one loop lets the CPU overlap them where one call per page waited on each.
+pub fn decode_log_u8_runs(runs: &[LogRun<'_>], out: &mut [f32]) {
+    let total: usize = runs.iter().map(|r| r.codes.len()).sum();
+    assert_eq!(total, out.len(), "decode_log_u8_runs: length mismatch");
+    // SAFETY: active_isa() only returns ISAs validated against this CPU; lengths checked.
+    unsafe { decode_log_u8_runs_on(active_isa(), runs, out) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU; `out` as long as the runs together.
+pub(crate) unsafe fn decode_log_u8_runs_on(isa: Isa, runs: &[LogRun<'_>], out: &mut [f32]) {
+    dispatch!(isa, decode_log_u8_runs(runs, out))
+}
+
 /// # Safety
 /// `isa` must run on this CPU; equal lengths.
 pub(crate) unsafe fn decode_log_u8_on(isa: Isa, codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
@@ -53,6 +77,28 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             })?;
         }
     }
+    // Runs of ragged lengths and different grids, back to back: each block's own bits.
+    let codes: Vec<u8> = (0..200).map(|_| rng.next_u64() as u8).collect();
+    let cuts = [0usize, 32, 33, 64, 64, 101, 200];
+    let runs: Vec<LogRun<'_>> = cuts
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| LogRun {
+            codes: &codes[w[0]..w[1]],
+            lo: -3.0 + i as f32,
+            step: 0.04 * (i + 1) as f32,
+        })
+        .collect();
+    let mut want = vec![0.0f32; codes.len()];
+    for (run, w) in runs.iter().zip(cuts.windows(2)) {
+        scalar::decode_log_u8(run.codes, run.lo, run.step, &mut want[w[0]..w[1]]);
+    }
+    let mut got = vec![1.0f32; codes.len()];
+    // SAFETY: `isa` comes from the runnable list; `got` is as long as the runs.
+    unsafe { decode_log_u8_runs_on(isa, &runs, &mut got) };
+    identical(&bits(&got), &bits(&want), &|| {
+        "decode_log_u8_runs".to_string()
+    })?;
     Ok(())
 }
 

@@ -57,6 +57,50 @@ pub(crate) fn decode_log_u8(block: &[u8], values: &mut [f32]) {
     scales::decode_log_u8(&block[4..4 + values.len()], lo, step, values);
 }
 
+/// Blocks of one kernel call in [`decode_log_u8_pages`] (a scan tile's pages).
+const MAX_PAGES_PER_CALL: usize = 16;
+
+/// [`decode_log_u8`] of consecutive pages into `values` back to back: page `i`'s block gives
+/// `values[i·page_tokens..]`, up to `page_tokens` scales; one kernel call per 16 pages, so
+/// the pages' decoding overlaps.
+pub(crate) fn decode_log_u8_pages<'a>(
+    blocks: impl Iterator<Item = &'a [u8]>,
+    page_tokens: usize,
+    values: &mut [f32],
+) {
+    let mut runs = [scales::LogRun {
+        codes: &[],
+        lo: 0.0,
+        step: 0.0,
+    }; MAX_PAGES_PER_CALL];
+    let (mut n, mut first, mut done) = (0, 0, 0);
+    for block in blocks {
+        if first >= values.len() {
+            break;
+        }
+        let count = page_tokens.min(values.len() - first);
+        let lo = f16::from_le_bytes([block[0], block[1]]).to_f32();
+        let hi = f16::from_le_bytes([block[2], block[3]]).to_f32();
+        runs[n] = scales::LogRun {
+            codes: &block[4..4 + count],
+            lo,
+            step: (hi - lo) / 254.0,
+        };
+        n += 1;
+        first += count;
+        if n == MAX_PAGES_PER_CALL {
+            scales::decode_log_u8_runs(&runs[..n], &mut values[done..first]);
+            (n, done) = (0, first);
+        }
+    }
+    assert_eq!(
+        first,
+        values.len(),
+        "decode_log_u8_pages: fewer pages than the scales"
+    );
+    scales::decode_log_u8_runs(&runs[..n], &mut values[done..first]);
+}
+
 /// One scale: `2^(lo + (code-1)·step)` through spinkv-kernels' fixed-polynomial `exp2`, so
 /// encoder write-back, per-token reads and the vectorised decoder agree bit for bit.
 #[inline]

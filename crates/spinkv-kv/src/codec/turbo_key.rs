@@ -14,7 +14,8 @@
 //! least-squares `‖k‖·⟨y, ŷ⟩ / ‖ŷ‖²` (smallest residual) and the residual sketch corrects the score.
 
 use super::norm::{
-    decode_f16, decode_log_u8, encode_f16, encode_log_u8, log_u8_bytes, with_floats,
+    decode_f16, decode_log_u8, decode_log_u8_pages, encode_f16, encode_log_u8, log_u8_bytes,
+    with_floats,
 };
 use super::paged::{
     for_each_page, KeyBlock, KeyBlockMut, KeyHalf, ScoreRows, MAX_CODED_DIM, MAX_RUN_PAGES,
@@ -276,9 +277,14 @@ impl KeyHalf for TurboKeys {
         );
         let (layout, levels) = (self.quantizer.code_layout(), self.key_levels());
         with_floats(visible, |scales| {
-            for (i, block) in blocks.iter().enumerate().take(n_pages) {
-                let first = i * p;
-                self.decode_scales(block.side, &mut scales[first..visible.min(first + p)]);
+            match self.norm {
+                NormFormat::LogU8 => decode_log_u8_pages(blocks.iter().map(|b| b.side), p, scales),
+                NormFormat::F16 => {
+                    for (i, block) in blocks.iter().enumerate().take(n_pages) {
+                        let first = i * p;
+                        decode_f16(block.side, &mut scales[first..visible.min(first + p)]);
+                    }
+                }
             }
             if let Some(int_levels) = &self.int_levels {
                 let mut codes: [&[u8]; MAX_RUN_PAGES] = [&[]; MAX_RUN_PAGES];

@@ -4,7 +4,7 @@
 //! accumulated in the rotated domain straight from their levels and the head's sum is
 //! rotated back once per step (`finish`), never per token.
 
-use super::norm::{decode_log_u8, encode_log_u8, log_u8_bytes, with_floats};
+use super::norm::{decode_log_u8, decode_log_u8_pages, encode_log_u8, log_u8_bytes, with_floats};
 use super::paged::{ScoreRows, ValueBlock, ValueHalf, MAX_CODED_DIM, MAX_RUN_PAGES};
 use super::rotated::RotatedQuantizer;
 use super::turbo_key::unit_rotated;
@@ -128,9 +128,8 @@ impl ValueHalf for TurboValues {
         let (layout, levels) = (self.quantizer.code_layout(), self.quantizer.levels());
         let mut codes: [&[u8]; MAX_RUN_PAGES] = [&[]; MAX_RUN_PAGES];
         with_floats(visible, |scales| {
-            for (i, (block, slot)) in blocks.iter().zip(&mut codes).enumerate().take(n_pages) {
-                let first = i * p;
-                decode_log_u8(block.side, &mut scales[first..visible.min(first + p)]);
+            decode_log_u8_pages(blocks.iter().map(|b| b.side), p, scales);
+            for (block, slot) in blocks.iter().zip(&mut codes).take(n_pages) {
                 *slot = block.codes;
             }
             kv_accumulate::accumulate_code_pages(
