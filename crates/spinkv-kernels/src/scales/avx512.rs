@@ -55,11 +55,5 @@ fn exp2(x: __m512) -> __m512 {
 /// CPU must support AVX-512 F/BW/VL (+AVX2/FMA/F16C); `out` as long as the runs together.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn decode_log_u8_runs(runs: &[super::LogRun<'_>], out: &mut [f32]) {
-    let mut at = 0;
-    for run in runs {
-        let n = run.codes.len();
-        // SAFETY: this function's features; equal lengths; the runs together are as long as `out`.
-        unsafe { decode_log_u8(run.codes, run.lo, run.step, &mut out[at..at + n]) };
-        at += n;
-    }
+    super::decode_runs!(runs, out);
 }

@@ -29,6 +29,25 @@ pub fn decode_log_u8(codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
     unsafe { decode_log_u8_on(active_isa(), codes, lo, step, out) }
 }
 
+/// The body of every ISA's `decode_log_u8_runs`: its own `decode_log_u8` per run, back to
+/// back, inside the caller's target features (so the calls inline and the runs overlap).
+macro_rules! decode_runs {
+    ($runs:expr, $out:expr) => {{
+        let mut at = 0;
+        for run in $runs {
+            let n = run.codes.len();
+            // SAFETY: the caller's features (its own safety contract); the runs together are
+            // as long as `out`, so each run's slice exists.
+            #[allow(unused_unsafe)]
+            unsafe {
+                decode_log_u8(run.codes, run.lo, run.step, &mut $out[at..at + n])
+            };
+            at += n;
+        }
+    }};
+}
+pub(crate) use decode_runs;
+
 /// One block of log-grid codes for [`decode_log_u8_runs`]: its codes and grid.
 #[derive(Clone, Copy, Debug)]
 pub struct LogRun<'a> {

@@ -44,11 +44,5 @@ unsafe fn exp2(x: float32x4_t) -> float32x4_t {
 /// # Safety
 /// aarch64; `out` as long as the runs together.
 pub unsafe fn decode_log_u8_runs(runs: &[super::LogRun<'_>], out: &mut [f32]) {
-    let mut at = 0;
-    for run in runs {
-        let n = run.codes.len();
-        // SAFETY: aarch64 (caller); equal lengths; the runs together are as long as `out`.
-        unsafe { decode_log_u8(run.codes, run.lo, run.step, &mut out[at..at + n]) };
-        at += n;
-    }
+    super::decode_runs!(runs, out);
 }

@@ -28,10 +28,5 @@ pub fn decode_log_u8(codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
 }
 
 pub fn decode_log_u8_runs(runs: &[super::LogRun<'_>], out: &mut [f32]) {
-    let mut at = 0;
-    for run in runs {
-        let n = run.codes.len();
-        decode_log_u8(run.codes, run.lo, run.step, &mut out[at..at + n]);
-        at += n;
-    }
+    super::decode_runs!(runs, out);
 }
