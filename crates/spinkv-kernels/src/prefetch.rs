@@ -26,7 +26,12 @@ struct Queue {
 
 thread_local! {
     static QUEUE: core::cell::RefCell<Queue> = const {
-        core::cell::RefCell::new(Queue { ranges: [(0, 0); QUEUE_RANGES], head: 0, len: 0, lines: 0 })
+        core::cell::RefCell::new(Queue {
+            ranges: [(0, 0); QUEUE_RANGES],
+            head: 0,
+            len: 0,
+            lines: 0,
+        })
     };
 }
 

@@ -5,6 +5,7 @@
 
 use half::f16;
 
+use super::paged::MAX_RUN_PAGES;
 use crate::kernels::scales;
 
 /// Bytes of a block of `tokens` log-u8 scales.
@@ -48,21 +49,23 @@ pub(crate) fn encode_log_u8(values: &mut [f32], out: &mut [u8]) {
     }
 }
 
+/// A block's grid from its header: `lo` and the step between codes.
+fn log_u8_grid(block: &[u8]) -> (f32, f32) {
+    let lo = f16::from_le_bytes([block[0], block[1]]).to_f32();
+    let hi = f16::from_le_bytes([block[2], block[3]]).to_f32();
+    (lo, (hi - lo) / 254.0)
+}
+
 /// Decodes the first `values.len()` scales of a block written by [`encode_log_u8`]
 /// (vectorised; the same values as [`decode_one`] on every ISA).
 pub(crate) fn decode_log_u8(block: &[u8], values: &mut [f32]) {
-    let lo = f16::from_le_bytes([block[0], block[1]]).to_f32();
-    let hi = f16::from_le_bytes([block[2], block[3]]).to_f32();
-    let step = (hi - lo) / 254.0;
+    let (lo, step) = log_u8_grid(block);
     scales::decode_log_u8(&block[4..4 + values.len()], lo, step, values);
 }
 
-/// Blocks of one kernel call in [`decode_log_u8_pages`] (a scan tile's pages).
-const MAX_PAGES_PER_CALL: usize = 16;
-
-/// [`decode_log_u8`] of consecutive pages into `values` back to back: page `i`'s block gives
-/// `values[i·page_tokens..]`, up to `page_tokens` scales; one kernel call per 16 pages, so
-/// the pages' decoding overlaps.
+/// [`decode_log_u8`] of a run of consecutive pages (at most [`MAX_RUN_PAGES`]) into `values`
+/// back to back: page `i`'s block gives `values[i·page_tokens..]`, up to `page_tokens` scales.
+/// One kernel call for the run, so the pages' decoding overlaps.
 pub(crate) fn decode_log_u8_pages<'a>(
     blocks: impl Iterator<Item = &'a [u8]>,
     page_tokens: usize,
@@ -72,33 +75,32 @@ pub(crate) fn decode_log_u8_pages<'a>(
         codes: &[],
         lo: 0.0,
         step: 0.0,
-    }; MAX_PAGES_PER_CALL];
-    let (mut n, mut first, mut done) = (0, 0, 0);
+    }; MAX_RUN_PAGES];
+    let (mut n, mut first) = (0, 0);
     for block in blocks {
         if first >= values.len() {
             break;
         }
+        assert!(
+            n < MAX_RUN_PAGES,
+            "decode_log_u8_pages: run longer than MAX_RUN_PAGES"
+        );
         let count = page_tokens.min(values.len() - first);
-        let lo = f16::from_le_bytes([block[0], block[1]]).to_f32();
-        let hi = f16::from_le_bytes([block[2], block[3]]).to_f32();
+        let (lo, step) = log_u8_grid(block);
         runs[n] = scales::LogRun {
             codes: &block[4..4 + count],
             lo,
-            step: (hi - lo) / 254.0,
+            step,
         };
         n += 1;
         first += count;
-        if n == MAX_PAGES_PER_CALL {
-            scales::decode_log_u8_runs(&runs[..n], &mut values[done..first]);
-            (n, done) = (0, first);
-        }
     }
     assert_eq!(
         first,
         values.len(),
         "decode_log_u8_pages: fewer pages than the scales"
     );
-    scales::decode_log_u8_runs(&runs[..n], &mut values[done..first]);
+    scales::decode_log_u8_runs(&runs[..n], values);
 }
 
 /// One scale: `2^(lo + (code-1)·step)` through spinkv-kernels' fixed-polynomial `exp2`, so

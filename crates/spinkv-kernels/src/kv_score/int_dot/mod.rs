@@ -1,7 +1,7 @@
 //! Key scores in integer arithmetic, straight from the packed codes: the rotated query is
-//! quantised once per step and head to int8 (one scale per head; stored as int16s), the codebook levels once per
-//! codec to int8 (one scale shared by both channel groups), and a token's score is
-//! `(factor · Σ_c q_c · level_c(code_c)) · scale_j` with the sum in int32.
+//! quantised once per step and head to int8 (one scale per head; stored as int16s), the
+//! codebook levels once per codec to int8 (one scale shared by both channel groups), and a
+//! token's score is `(factor · Σ_c q_c · level_c(code_c)) · scale_j` with the sum in int32.
 //!
 //! Integer sums are exact in any order, so every ISA returns the same bits as the scalar
 //! reference by construction: the SIMD versions may reorder the sum freely; the float epilogue
@@ -10,7 +10,8 @@
 //! What it supports: code widths up to 4 bits (a level table fits one 16-byte byte shuffle —
 //! `vpshufb` on AVX2, `tbl` on NEON, `i8x16.swizzle` on SIMD128), a second channel group that
 //! starts on a byte (`CodeLayout::segments`), head dims up to [`MAX_INT_DIM`] (the int32 sum
-//! cannot overflow: 256 · 255 · 127 < 2^31, the biased levels included). Other layouts keep the float scan.
+//! cannot overflow: 256 · 255 · 127 < 2^31, the biased levels included). Other layouts keep
+//! the float scan.
 //!
 //! Query layout: per head, [`query_len`] int16s — group 0's channels padded with zeros to a
 //! multiple of 16, then group 1's likewise, so kernels work on whole groups of 16 codes (the
