@@ -18,6 +18,7 @@ mod simd;
 pub mod bench;
 pub mod codes;
 pub mod convert;
+pub mod experiment;
 pub mod fwht;
 pub mod kv_accumulate;
 pub mod kv_score;

@@ -3,11 +3,18 @@
 //! cargo run --release -p spinkv-model --example decode_bench -- MODEL_DIR [depth=512] [steps=64] [runs=3] [threads=0]
 //! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=fp16|turbo|... for the cache,
 //! SPINKV_PROFILE=1 for the KV phases' thread-ms per token (a clock read per page phase: the
-//! decode rate of a profiled run is lower than an unprofiled one's).
+//! decode rate of a profiled run is lower than an unprofiled one's), SPINKV_AB=1 to alternate
+//! `spinkv_kernels::experiment`'s two arms every 32 decode steps (A B B A A B B A ...) and print
+//! each arm's time per token (an A/B of a change inside one process: see that module).
 
 use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
 use std::path::PathBuf;
 use std::time::Instant;
+
+/// Decode steps per turn of each arm under SPINKV_AB: a page's worth, so each turn seals one
+/// page (a step that seals one is ~3 ms slower; turns of 4 steps put every sealing step in
+/// the same arm and read 2 % apart with both arms running the same code).
+const AB_STEPS: usize = 32;
 
 fn arg(args: &[String], i: usize, default: usize) -> usize {
     args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
@@ -54,6 +61,7 @@ fn main() {
         .map(|i| 100 + (i * 7919) % (vocab - 100))
         .collect();
     let profile = std::env::var("SPINKV_PROFILE").is_ok_and(|v| v == "1");
+    let ab = std::env::var("SPINKV_AB").is_ok_and(|v| v == "1");
     let mut decode_rates = Vec::new();
     let mut prefill_rates = Vec::new();
     for run in 0..runs {
@@ -71,11 +79,34 @@ fn main() {
         session.reset_timings();
         session.set_kv_profiling(profile);
         let started = Instant::now();
-        for _ in 0..steps {
+        // Seconds and steps of arms A and B (all in A without SPINKV_AB).
+        let mut arms = [(0.0f64, 0usize); 2];
+        for step in 0..steps {
+            // A B B A A B B A ...: each arm follows the other as often as it precedes it.
+            let block = step / AB_STEPS + 1;
+            let arm = usize::from(ab && (block % 2) != (block / 2) % 2);
+            spinkv_kernels::experiment::set_arm_b(arm == 1);
+            let step_started = Instant::now();
             let next = argmax(session.last_logits());
             session.decode(next).expect("decode");
+            // The first turn after the prefill (cold caches, waking threads) counts for neither.
+            if step >= AB_STEPS {
+                arms[arm].0 += step_started.elapsed().as_secs_f64();
+                arms[arm].1 += 1;
+            }
         }
+        spinkv_kernels::experiment::set_arm_b(false);
         let decode_s = started.elapsed().as_secs_f64();
+        if ab {
+            let per_token = |(s, n): (f64, usize)| s * 1e3 / n.max(1) as f64;
+            let (a, b) = (per_token(arms[0]), per_token(arms[1]));
+            println!(
+                "  A/B ms per token: A {a:.3} ({} steps), B {b:.3} ({} steps), B/A {:.3}",
+                arms[0].1,
+                arms[1].1,
+                b / a
+            );
+        }
         let t = session.timings();
         let ms = |ns: u64| ns as f64 / 1e6;
         println!(

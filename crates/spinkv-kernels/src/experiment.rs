@@ -1,0 +1,37 @@
+//! A switch for A/B measurements of a code change inside one process.
+//!
+//! On the shared VMs spinkv is tuned on, the same binary's decode rate moves by 15 % or more
+//! from one run to the next (a neighbour's load, the host's clock), so two builds run in turn
+//! cannot tell a 5 % change from noise. Alternating two versions of the code every few tokens
+//! inside one decode can: both arms see the same neighbour. To measure a change, put it behind
+//! `if experiment::arm_b() { new } else { old }` and run `decode_bench` with `SPINKV_AB=1`,
+//! which switches arms every 32 tokens (A B B A ...) and prints each arm's mean time per token (an A/A run,
+//! with nothing behind the switch, shows the noise left: ±1–3 % on the EPYC VMs). Nothing in
+//! the shipped code reads the switch; it stays on arm A.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static ARM_B: AtomicBool = AtomicBool::new(false);
+
+/// Whether the code under test should run its B version.
+#[inline]
+pub fn arm_b() -> bool {
+    ARM_B.load(Ordering::Relaxed)
+}
+
+/// Selects arm B (`true`) or A for every thread from the next read on.
+pub fn set_arm_b(on: bool) {
+    ARM_B.store(on, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_switch_flips_and_comes_back() {
+        assert!(!super::arm_b());
+        super::set_arm_b(true);
+        assert!(super::arm_b());
+        super::set_arm_b(false);
+        assert!(!super::arm_b());
+    }
+}
