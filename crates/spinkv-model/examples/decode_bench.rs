@@ -82,7 +82,8 @@ fn main() {
         // Seconds and steps of arms A and B (all in A without SPINKV_AB).
         let mut arms = [(0.0f64, 0usize); 2];
         for step in 0..steps {
-            // A B B A A B B A ...: each arm follows the other as often as it precedes it.
+            // Turns in the order A B B A A B B A ... (each arm follows the other as often as it
+            // precedes it), counted from the uncounted first turn as turn 1: B A A B B ...
             let block = step / AB_STEPS + 1;
             let arm = usize::from(ab && (block % 2) != (block / 2) % 2);
             spinkv_kernels::experiment::set_arm_b(arm == 1);
