@@ -70,7 +70,42 @@ fn prefill_matmul() {
             "prefill matmul {} f16 {name} k={k} rows={rows} tokens={TOKENS}: {gflops:.1} GFLOP/s",
             spinkv_kernels::active_isa()
         );
+        prefill_matmul_q8(name, k, rows, &x);
     }
+}
+
+/// The same shape on Q8_0 weights as the model runs it: the activations quantized once, the
+/// rows in eight tasks (what a 2-thread pool gives each fork-join), one task after another.
+fn prefill_matmul_q8(name: &str, k: usize, rows: usize, x: &[f32]) {
+    use spinkv_kernels::q8dot::{matmul_quantized, Q8Activations};
+    use spinkv_kernels::{f16, Q8Weights, Q8_BLOCK};
+    const TOKENS: usize = 256;
+    const CALLS: usize = 24;
+    let codes: Vec<i8> = (0..k * rows).map(|i| (i * 7919 % 255) as i8).collect();
+    let scales: Vec<f16> = (0..k * rows / Q8_BLOCK)
+        .map(|i| f16::from_f32(0.001 + (i % 97) as f32 * 1e-4))
+        .collect();
+    let w = Q8Weights::new(&codes, &scales).expect("one scale per block");
+    let xq = Q8Activations::quantize(x);
+    let task_rows = (rows / 8).div_ceil(4) * 4;
+    let mut y = vec![0.0f32; TOKENS * task_rows];
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let started = seconds_on_cpu();
+        for _ in 0..CALLS {
+            for start in (0..rows).step_by(task_rows) {
+                let end = (start + task_rows).min(rows);
+                matmul_quantized(w, k, &xq, start..end, &mut y[..TOKENS * (end - start)]);
+            }
+        }
+        best = best.min(seconds_on_cpu() - started);
+    }
+    let gmacs = (k * rows * TOKENS * CALLS) as f64 / best / 1e9;
+    println!(
+        "prefill matmul {} q8_0 {name} k={k} rows={rows} tokens={TOKENS}, {task_rows}-row tasks: \
+         {gmacs:.1} GMAC/s",
+        spinkv_kernels::active_isa()
+    );
 }
 
 /// This thread's time on a CPU in seconds (scheduler statistics), or wall time since the

@@ -1,5 +1,5 @@
 //! Decode-attention timing at several depths, one thread vs the global pool.
-//! `cargo run --release -p spinkv-kv --example attend_bench [preset]`
+//! `cargo run --release -p spinkv-kv --example attend_bench [preset] [depth]`
 
 use std::time::Instant;
 
@@ -30,7 +30,11 @@ fn main() {
         (seed as f32 / u32::MAX as f32) * 2.0 - 1.0
     };
     println!("preset {preset}: decode attend (1 query, 9 heads, d 64), µs per call");
-    for depth in [64usize, 128, 256, 512, 1024, 2048, 4096, 8192] {
+    let depths = match std::env::args().nth(2).and_then(|s| s.parse().ok()) {
+        Some(depth) => vec![depth],
+        None => vec![64usize, 128, 256, 512, 1024, 2048, 4096, 8192],
+    };
+    for depth in depths {
         let mut cache = KvCache::new(shape, config.clone()).unwrap();
         let kv: Vec<f32> = (0..depth * shape.kv_width()).map(|_| rand()).collect();
         cache.append(0, &kv, &kv).unwrap();

@@ -5,7 +5,8 @@
 //! SPINKV_PROFILE=1 for the KV phases' thread-ms per token (a clock read per page phase: the
 //! decode rate of a profiled run is lower than an unprofiled one's), SPINKV_AB=1 to alternate
 //! `spinkv_kernels::experiment`'s two arms every 32 decode steps (A B B A A B B A ...) and print
-//! each arm's time per token (an A/B of a change inside one process: see that module).
+//! each arm's time per token (an A/B of a change inside one process: see that module);
+//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead.
 
 use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
 use std::path::PathBuf;
@@ -61,6 +62,9 @@ fn main() {
         .map(|i| 100 + (i * 7919) % (vocab - 100))
         .collect();
     let profile = std::env::var("SPINKV_PROFILE").is_ok_and(|v| v == "1");
+    if std::env::var("SPINKV_AB").is_ok_and(|v| v == "prefill") {
+        return prefill_ab(&model, &kv, &prompt, runs);
+    }
     let ab = std::env::var("SPINKV_AB").is_ok_and(|v| v == "1");
     let mut decode_rates = Vec::new();
     let mut prefill_rates = Vec::new();
@@ -138,6 +142,32 @@ fn main() {
         "median: prefill {:.1} tok/s, decode {:.1} tok/s",
         median(&mut prefill_rates),
         median(&mut decode_rates)
+    );
+}
+
+/// SPINKV_AB=prefill: `runs` prefills of the prompt in fresh sessions, the arms in the order
+/// B A A B B A ... (the first run warms up and counts for neither); prints each arm's rate.
+fn prefill_ab(model: &std::sync::Arc<Model>, kv: &KvConfig, prompt: &[u32], runs: usize) {
+    let mut arms = [(0.0f64, 0usize); 2];
+    for run in 0..=runs {
+        let arm = usize::from(run % 4 == 0 || run % 4 == 3);
+        spinkv_kernels::experiment::set_arm_b(arm == 1);
+        let mut session = Session::new(model.clone(), kv.clone()).expect("session");
+        let started = Instant::now();
+        session.prefill(prompt, false).expect("prefill");
+        if run > 0 {
+            arms[arm].0 += started.elapsed().as_secs_f64();
+            arms[arm].1 += 1;
+        }
+    }
+    spinkv_kernels::experiment::set_arm_b(false);
+    let rate = |(s, n): (f64, usize)| (n * prompt.len()) as f64 / s.max(f64::MIN_POSITIVE);
+    let (a, b) = (rate(arms[0]), rate(arms[1]));
+    println!(
+        "  A/B prefill tok/s: A {a:.1} ({} runs), B {b:.1} ({} runs), B/A {:.3}",
+        arms[0].1,
+        arms[1].1,
+        b / a
     );
 }
 

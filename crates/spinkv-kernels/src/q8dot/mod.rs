@@ -42,12 +42,36 @@ pub(crate) const fn lane_elements(l: usize) -> [usize; 4] {
 /// The largest activation code.
 const CODE_MAX: f32 = 32767.0;
 
+/// How each token's codes are ordered in [`Q8Activations::codes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CodeOrder {
+    /// Element order: code `i` at position `i`.
+    #[default]
+    Canonical,
+    /// Each pair of blocks stored as elements 16..48 then 0..16 and 48..64 (an odd last block
+    /// as it is): the operands of the AVX-512 kernel's two `pmaddwd` (`zmm`), read in place.
+    Paired,
+}
+
+impl CodeOrder {
+    /// The order `isa`'s kernels read.
+    pub fn for_isa(isa: Isa) -> CodeOrder {
+        if isa == Isa::Avx512 {
+            CodeOrder::Paired
+        } else {
+            CodeOrder::Canonical
+        }
+    }
+}
+
 /// Activations quantized in blocks of [`Q8_BLOCK`]: `n_tokens` rows of `k` 16-bit codes, one
 /// f32 scale per block.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Q8Activations {
     pub codes: Vec<i16>,
     pub scales: Vec<f32>,
+    /// The order of each token's codes.
+    pub order: CodeOrder,
 }
 
 impl Q8Activations {
@@ -60,33 +84,116 @@ impl Q8Activations {
 
     /// As [`Q8Activations::quantize`], reusing this value's buffers.
     pub fn quantize_from(&mut self, x: &[f32]) {
-        assert!(
-            x.len().is_multiple_of(Q8_BLOCK),
-            "q8 activations: {} values are not whole blocks",
-            x.len()
+        self.resize(x.len(), CodeOrder::Canonical);
+        quantize_tokens(
+            x,
+            Q8_BLOCK,
+            CodeOrder::Canonical,
+            &mut self.codes,
+            &mut self.scales,
         );
-        self.codes.resize(x.len(), 0);
-        self.scales.resize(x.len() / Q8_BLOCK, 0.0);
-        let blocks = x
-            .chunks_exact(Q8_BLOCK)
-            .zip(self.codes.chunks_exact_mut(Q8_BLOCK));
-        for ((block, codes), scale) in blocks.zip(&mut self.scales) {
-            let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            *scale = amax / CODE_MAX;
-            let inverse = if amax > 0.0 { CODE_MAX / amax } else { 0.0 };
-            for (code, &v) in codes.iter_mut().zip(block) {
-                *code = round_to_code(v * inverse);
-            }
-        }
     }
 
-    /// Codes and scales of token `t` (rows of `k`).
+    /// Buffers for `n` codes (a multiple of [`Q8_BLOCK`]) in `order`, contents unspecified:
+    /// fill them with [`quantize_tokens`] (in parts, on several threads if wanted).
+    pub fn resize(&mut self, n: usize, order: CodeOrder) {
+        assert!(
+            n.is_multiple_of(Q8_BLOCK),
+            "q8 activations: {n} values are not whole blocks"
+        );
+        self.codes.resize(n, 0);
+        self.scales.resize(n / Q8_BLOCK, 0.0);
+        self.order = order;
+    }
+
+    /// Codes and scales of token `t` (rows of `k`), its codes in [`Q8Activations::order`].
     pub(crate) fn token(&self, t: usize, k: usize) -> (&[i16], &[f32]) {
         (
             &self.codes[t * k..(t + 1) * k],
             &self.scales[t * k / Q8_BLOCK..(t + 1) * k / Q8_BLOCK],
         )
     }
+
+    /// These activations with their codes in `order` (borrowed when they already are).
+    fn in_order(&self, k: usize, order: CodeOrder) -> std::borrow::Cow<'_, Q8Activations> {
+        if self.order == order {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut codes = vec![0i16; self.codes.len()];
+        for (from, to) in self.codes.chunks_exact(k).zip(codes.chunks_exact_mut(k)) {
+            match order {
+                CodeOrder::Paired => pair_up(from, to),
+                CodeOrder::Canonical => unpair(from, to),
+            }
+        }
+        std::borrow::Cow::Owned(Q8Activations {
+            codes,
+            scales: self.scales.clone(),
+            order,
+        })
+    }
+}
+
+/// Quantizes whole tokens of `k` values (`x.len()` a multiple of `k`) into `codes` (as many)
+/// and `scales` (one per block), each token's codes in `order`: the work of
+/// [`Q8Activations::quantize`] on a slice of its buffers.
+pub fn quantize_tokens(
+    x: &[f32],
+    k: usize,
+    order: CodeOrder,
+    codes: &mut [i16],
+    scales: &mut [f32],
+) {
+    assert!(
+        k > 0 && k.is_multiple_of(Q8_BLOCK) && x.len().is_multiple_of(k),
+        "q8 activations: {} values are not whole tokens of {k}",
+        x.len()
+    );
+    assert!(codes.len() == x.len() && scales.len() == x.len() / Q8_BLOCK);
+    let blocks = x
+        .chunks_exact(Q8_BLOCK)
+        .zip(codes.chunks_exact_mut(Q8_BLOCK));
+    for ((block, codes), scale) in blocks.zip(scales.iter_mut()) {
+        let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        *scale = amax / CODE_MAX;
+        let inverse = if amax > 0.0 { CODE_MAX / amax } else { 0.0 };
+        for (code, &v) in codes.iter_mut().zip(block) {
+            *code = round_to_code(v * inverse);
+        }
+    }
+    if order == CodeOrder::Paired {
+        let mut pair = [0i16; 2 * Q8_BLOCK];
+        for token in codes.chunks_exact_mut(k) {
+            for codes in token.chunks_exact_mut(2 * Q8_BLOCK) {
+                pair_up(codes, &mut pair);
+                codes.copy_from_slice(&pair);
+            }
+        }
+    }
+}
+
+/// One token's codes (`from`, element order) in [`CodeOrder::Paired`] (`to`).
+fn pair_up(from: &[i16], to: &mut [i16]) {
+    const PAIR: usize = 2 * Q8_BLOCK;
+    let pairs = from.len() / PAIR;
+    for (src, dst) in from.chunks_exact(PAIR).zip(to.chunks_exact_mut(PAIR)) {
+        dst[..32].copy_from_slice(&src[16..48]);
+        dst[32..48].copy_from_slice(&src[..16]);
+        dst[48..].copy_from_slice(&src[48..]);
+    }
+    to[pairs * PAIR..].copy_from_slice(&from[pairs * PAIR..]);
+}
+
+/// The inverse of [`pair_up`].
+fn unpair(from: &[i16], to: &mut [i16]) {
+    const PAIR: usize = 2 * Q8_BLOCK;
+    let pairs = from.len() / PAIR;
+    for (src, dst) in from.chunks_exact(PAIR).zip(to.chunks_exact_mut(PAIR)) {
+        dst[16..48].copy_from_slice(&src[..32]);
+        dst[..16].copy_from_slice(&src[32..48]);
+        dst[48..].copy_from_slice(&src[48..]);
+    }
+    to[pairs * PAIR..].copy_from_slice(&from[pairs * PAIR..]);
 }
 
 /// `round_ties_even(v)` clamped to ±32767, for `|v| <= 32767` (plus rounding slack): adding
@@ -141,7 +248,10 @@ pub(crate) unsafe fn matmul_on(
         x.len() / k * rows.len(),
         "q8 matmul: y is not [n_tokens, rows]"
     );
-    let xq = Q8Activations::quantize(x);
+    let mut xq = Q8Activations::default();
+    let order = CodeOrder::for_isa(isa);
+    xq.resize(x.len(), order);
+    quantize_tokens(x, k, order, &mut xq.codes, &mut xq.scales);
     // SAFETY: `isa` runs on this CPU (caller).
     unsafe { matmul_quantized_on(isa, w, k, &xq, rows, y) }
 }
@@ -175,6 +285,9 @@ pub(crate) unsafe fn matmul_quantized_on(
         xq.codes.len().is_multiple_of(k) && xq.codes.len() == xq.scales.len() * Q8_BLOCK,
         "q8 matmul: activations are not [n_tokens, k]"
     );
+    // Activations quantized for another ISA's kernels (a caller's choice, never the model's).
+    let xq = xq.in_order(k, CodeOrder::for_isa(isa));
+    let xq = xq.as_ref();
     let n_tokens = xq.codes.len() / k;
     let n_out = rows.len();
     assert_eq!(
@@ -397,6 +510,41 @@ mod tests {
         assert_eq!(q.scales[1], 0.0);
         assert_eq!(q.codes[2 * Q8_BLOCK], -32767);
         assert!(q.codes.iter().all(|&c| c != i16::MIN));
+    }
+
+    #[test]
+    fn pair_order_round_trips_and_either_order_gives_the_same_products() {
+        for &k in &crate::test_util::Q8_SIZES {
+            let x = random_vec(k as u64 + 3, 3 * k);
+            let canonical = Q8Activations::quantize(&x);
+            let mut paired = Q8Activations::default();
+            paired.resize(x.len(), CodeOrder::Paired);
+            quantize_tokens(
+                &x,
+                k,
+                CodeOrder::Paired,
+                &mut paired.codes,
+                &mut paired.scales,
+            );
+            assert_eq!(paired.scales, canonical.scales);
+            assert_eq!(
+                *paired.in_order(k, CodeOrder::Canonical),
+                canonical,
+                "k={k}"
+            );
+            assert_eq!(*canonical.in_order(k, CodeOrder::Paired), paired, "k={k}");
+            let (codes, scales) = random_q8(k as u64 + 5, 4 * k);
+            let w = Q8Weights::new(&codes, &scales).unwrap();
+            for isa in crate::runnable_isas() {
+                let (mut a, mut b) = (vec![0.0; 12], vec![0.0; 12]);
+                // SAFETY: `isa` comes from the runnable list.
+                unsafe {
+                    matmul_quantized_on(isa, w, k, &canonical, 0..4, &mut a);
+                    matmul_quantized_on(isa, w, k, &paired, 0..4, &mut b);
+                }
+                assert_eq!(a, b, "{isa:?} k={k}");
+            }
+        }
     }
 
     /// The integer path computes the plain dot product of the dequantized operands (up to

@@ -8,9 +8,10 @@
 //! (`v`, one 128-bit insert); widened to i16 (`vpmovsxbw`), `pmaddwd(u, x_u) + pmaddwd(v, x_v)`
 //! is exactly the canonical `p_b | p_b1`. `vpdpwssd` (AVX512_VNNI, detected at run time) does
 //! the second multiply and the add in one instruction with the same exact int32 result.
-//! The activations are laid out once per call to match (`x_u, x_v` contiguous per pair).
+//! The activations come quantized in that order (`x_u, x_v` contiguous per pair:
+//! [`CodeOrder::Paired`]).
 
-use super::Tile;
+use super::{CodeOrder, Tile};
 use crate::simd::avx512::reduce16;
 use crate::weight::Q8_BLOCK;
 use std::arch::x86_64::*;
@@ -113,69 +114,63 @@ const PREFETCH_AHEAD: usize = 4096;
 #[inline(always)]
 unsafe fn tile_body<S: PairSums>(tile: Tile<'_>, y: &mut [f32]) {
     let (k, blocks) = (tile.k, tile.k / Q8_BLOCK);
-    let mut x = vec![0i16; tile.tokens.len() * k];
-    for (t, out) in tile.tokens.clone().zip(x.chunks_exact_mut(k)) {
-        pair_layout(tile.x.token(t, k).0, out);
-    }
+    assert_eq!(
+        tile.x.order,
+        CodeOrder::Paired,
+        "zmm q8: codes not in pair order"
+    );
+    let x = &tile.x.codes[tile.tokens.start * k..tile.tokens.end * k];
     let x_scales = &tile.x.scales[tile.tokens.start * blocks..tile.tokens.end * blocks];
     if tile.tokens.len() == 1 {
         // SAFETY: as the caller guarantees; `x` holds the token's k codes.
-        return unsafe { one_token::<S>(&tile, &x, x_scales, y) };
+        return unsafe { one_token::<S>(&tile, x, x_scales, y) };
     }
-    // Row scales widened, plus one spare so a pair's 64-bit load stays inside.
-    let mut w_scales = vec![0.0f32; blocks + 1];
-    for r in tile.rows.clone() {
-        for (wide, s) in w_scales
+    // Every row's scales widened, plus one spare per row so a pair's 64-bit load stays inside.
+    let stride = blocks + 1;
+    let mut w_scales = vec![0.0f32; tile.rows.len() * stride];
+    for (r, wide) in tile.rows.clone().zip(w_scales.chunks_exact_mut(stride)) {
+        for (wide, s) in wide
             .iter_mut()
             .zip(&tile.w.scales[r * blocks..(r + 1) * blocks])
         {
             *wide = s.to_f32();
         }
-        // SAFETY: row r's k codes lie inside w, every token's codes (re-laid out) and scales
-        // inside `x` / `x_scales`, every output inside y (Tile::check); AVX-512 (caller).
-        unsafe {
-            let row = Row {
-                codes: tile.w.codes.as_ptr().add(r * k),
-                scales: w_scales.as_ptr(),
-                k,
-            };
-            let out = y.as_mut_ptr().add(r - tile.rows.start);
-            let mut j = 0;
-            let n_tokens = tile.tokens.len();
-            let at = |j: usize| (x.as_ptr().add(j * k), x_scales.as_ptr().add(j * blocks));
-            while j + TOKENS <= n_tokens {
-                let (xc, xs) = at(j);
-                let o = out.add((tile.tokens.start + j) * tile.y_stride);
-                tokens::<S, TOKENS>(&row, xc, xs, o, tile.y_stride);
-                j += TOKENS;
-            }
-            while j + 2 <= n_tokens {
-                let (xc, xs) = at(j);
-                let o = out.add((tile.tokens.start + j) * tile.y_stride);
-                tokens::<S, 2>(&row, xc, xs, o, tile.y_stride);
-                j += 2;
-            }
-            if j < n_tokens {
-                let (xc, xs) = at(j);
-                let o = out.add((tile.tokens.start + j) * tile.y_stride);
-                tokens::<S, 1>(&row, xc, xs, o, tile.y_stride);
+    }
+    // Token groups outside, rows inside: a group's codes (TOKENS · k · 2 bytes) stay in L1
+    // while the rows stream past from L2. Rows outside read every token's codes from L2 for
+    // each row, two bytes per multiply-add.
+    let n_tokens = tile.tokens.len();
+    let mut j = 0;
+    while j < n_tokens {
+        let group = match n_tokens - j {
+            left if left >= TOKENS => TOKENS,
+            left if left >= 2 => 2,
+            _ => 1,
+        };
+        for (i, r) in tile.rows.clone().enumerate() {
+            // SAFETY: row r's k codes lie inside w, every token's codes (in pair order) and
+            // scales inside `x` / `x_scales`, every output inside y (Tile::check); AVX-512
+            // (caller).
+            unsafe {
+                let row = Row {
+                    codes: tile.w.codes.as_ptr().add(r * k),
+                    scales: w_scales.as_ptr().add(i * stride),
+                    k,
+                };
+                let xc = x.as_ptr().add(j * k);
+                let xs = x_scales.as_ptr().add(j * blocks);
+                let o = y
+                    .as_mut_ptr()
+                    .add(i + (tile.tokens.start + j) * tile.y_stride);
+                match group {
+                    TOKENS => tokens::<S, TOKENS>(&row, xc, xs, o, tile.y_stride),
+                    2 => tokens::<S, 2>(&row, xc, xs, o, tile.y_stride),
+                    _ => tokens::<S, 1>(&row, xc, xs, o, tile.y_stride),
+                }
             }
         }
+        j += group;
     }
-}
-
-/// One token's codes with each pair of blocks `b, b+1` stored as `x_u` (elements 16..48 of
-/// the pair) then `x_v` (0..16 and 48..64), the operands of the module docs' `u` and `v`; an
-/// odd last block stays as it is.
-fn pair_layout(codes: &[i16], out: &mut [i16]) {
-    const PAIR: usize = 2 * Q8_BLOCK;
-    let pairs = codes.len() / PAIR;
-    for (src, dst) in codes.chunks_exact(PAIR).zip(out.chunks_exact_mut(PAIR)) {
-        dst[..32].copy_from_slice(&src[16..48]);
-        dst[32..48].copy_from_slice(&src[..16]);
-        dst[48..].copy_from_slice(&src[48..]);
-    }
-    out[pairs * PAIR..].copy_from_slice(&codes[pairs * PAIR..]);
 }
 
 /// Row streams a decode step walks together: four independent FMA chains (one row's is too
@@ -190,7 +185,7 @@ const STREAMS: usize = 4;
 ///
 /// # Safety
 /// AVX-512 F/BW/VL (+AVX2/FMA/F16C, and VNNI for [`Vnni`]); `tile` (one token) checked
-/// against `y`; `x` the token's k codes in [`pair_layout`], `x_scales` its block scales.
+/// against `y`; `x` the token's k codes in [`CodeOrder::Paired`], `x_scales` its block scales.
 #[inline(always)]
 unsafe fn one_token<S: PairSums>(tile: &Tile<'_>, x: &[i16], x_scales: &[f32], y: &mut [f32]) {
     let (k, blocks) = (tile.k, tile.k / Q8_BLOCK);
@@ -230,7 +225,7 @@ struct Rows {
 }
 
 /// `out[i·step] = row i · x` for the `R` rows of `rows` and one token (codes `x` in
-/// [`pair_layout`], block scales `x_scales`). Each pair's canonical scales `s_b, s_b1` are
+/// [`CodeOrder::Paired`], block scales `x_scales`). Each pair's canonical scales `s_b, s_b1` are
 /// made on the way (widen, multiply, spread over the lanes).
 ///
 /// # Safety
@@ -292,7 +287,7 @@ unsafe fn widen_pair(w: *const i8) -> (__m512i, __m512i) {
 }
 
 /// The 16 canonical partial sums of a pair (block `b` in lanes 0..8, `b + 1` in 8..16), as
-/// f32 (exact), from its widened weights and its 64 activation codes in [`pair_layout`].
+/// f32 (exact), from its widened weights and its 64 activation codes in [`CodeOrder::Paired`].
 ///
 /// # Safety
 /// AVX-512 BW (+VNNI for [`Vnni`]); `x` readable for 64 codes.
@@ -353,7 +348,7 @@ struct Row {
     k: usize,
 }
 
-/// Dot products of `row` with `N` consecutive tokens (codes `x` in [`pair_layout`], block
+/// Dot products of `row` with `N` consecutive tokens (codes `x` in [`CodeOrder::Paired`], block
 /// scales `x_scales`, rows of k / k/32), stored at `out + j·y_stride`.
 ///
 /// # Safety
