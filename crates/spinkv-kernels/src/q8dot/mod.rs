@@ -150,17 +150,15 @@ pub fn quantize_tokens(
         x.len()
     );
     assert!(codes.len() == x.len() && scales.len() == x.len() / Q8_BLOCK);
-    let blocks = x
-        .chunks_exact(Q8_BLOCK)
-        .zip(codes.chunks_exact_mut(Q8_BLOCK));
-    for ((block, codes), scale) in blocks.zip(scales.iter_mut()) {
-        let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        *scale = amax / CODE_MAX;
-        let inverse = if amax > 0.0 { CODE_MAX / amax } else { 0.0 };
-        for (code, &v) in codes.iter_mut().zip(block) {
-            *code = round_to_code(v * inverse);
-        }
+    #[cfg(target_arch = "x86_64")]
+    if crate::isa::active_isa() == Isa::Avx512 {
+        // SAFETY: the active ISA runs on this CPU.
+        unsafe { quantize_blocks_avx512(x, codes, scales) };
+    } else {
+        quantize_blocks(x, codes, scales);
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    quantize_blocks(x, codes, scales);
     if order == CodeOrder::Paired {
         let mut pair = [0i16; 2 * Q8_BLOCK];
         for token in codes.chunks_exact_mut(k) {
@@ -170,6 +168,43 @@ pub fn quantize_tokens(
             }
         }
     }
+}
+
+/// Every block of `x` quantized into `codes` / `scales` in element order (the module docs).
+#[inline(always)]
+fn quantize_blocks(x: &[f32], codes: &mut [i16], scales: &mut [f32]) {
+    let blocks = x
+        .chunks_exact(Q8_BLOCK)
+        .zip(codes.chunks_exact_mut(Q8_BLOCK));
+    for ((block, codes), scale) in blocks.zip(scales.iter_mut()) {
+        // Sixteen running maxima, then their maximum. A NaN never compares greater, so it is
+        // skipped (as `f32::max` skips it) and, every value being non-negative, the order
+        // cannot change the result; this order and this comparison (`maxps`) vectorize.
+        let larger = |m: f32, v: f32| if v > m { v } else { m };
+        let mut lanes = [0.0f32; 16];
+        for part in block.chunks_exact(16) {
+            for (lane, v) in lanes.iter_mut().zip(part) {
+                *lane = larger(*lane, v.abs());
+            }
+        }
+        let amax = lanes.iter().fold(0.0f32, |m, &v| larger(m, v));
+        *scale = amax / CODE_MAX;
+        let inverse = if amax > 0.0 { CODE_MAX / amax } else { 0.0 };
+        for (code, &v) in codes.iter_mut().zip(block) {
+            *code = round_to_code(v * inverse);
+        }
+    }
+}
+
+/// [`quantize_blocks`] compiled for AVX-512: the same operations on 16 lanes (no operation
+/// in it depends on the vector width, so the codes and scales are the same bits).
+///
+/// # Safety
+/// AVX-512 F/BW/VL available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn quantize_blocks_avx512(x: &[f32], codes: &mut [i16], scales: &mut [f32]) {
+    quantize_blocks(x, codes, scales)
 }
 
 /// One token's codes (`from`, element order) in [`CodeOrder::Paired`] (`to`).
@@ -196,14 +231,16 @@ fn unpair(from: &[i16], to: &mut [i16]) {
     to[pairs * PAIR..].copy_from_slice(&from[pairs * PAIR..]);
 }
 
-/// `round_ties_even(v)` clamped to ±32767, for `|v| <= 32767` (plus rounding slack): adding
-/// and subtracting 1.5·2^23 rounds to the nearest integer, ties to even, in the default
-/// rounding mode — plain adds, where `f32::round_ties_even` is a library call on baseline
-/// x86-64.
+/// `round_ties_even(v)` clamped to ±32767 (NaN gives 0): adding 1.5·2^23 rounds to the nearest
+/// integer, ties to even, in the default rounding mode, and leaves it in the low mantissa bits
+/// — plain adds and integer arithmetic that vectorize, where `f32::round_ties_even` is a
+/// library call on baseline x86-64 and a saturating `as i32` does not vectorize.
 #[inline(always)]
 fn round_to_code(v: f32) -> i16 {
     const SHIFT: f32 = 12_582_912.0;
-    ((v + SHIFT) - SHIFT).clamp(-CODE_MAX, CODE_MAX) as i32 as i16
+    const SHIFT_BITS: i32 = 0x4B40_0000;
+    // Clamping first is the same as after rounding: the bounds are integers.
+    ((v.clamp(-CODE_MAX, CODE_MAX) + SHIFT).to_bits() as i32).wrapping_sub(SHIFT_BITS) as i16
 }
 
 /// `y[r - rows.start] = W[r, :] · x` for Q8_0 weights (`k` a multiple of [`Q8_BLOCK`]), `x`
@@ -491,6 +528,9 @@ mod tests {
             let want = v.round_ties_even().clamp(-CODE_MAX, CODE_MAX) as i16;
             assert_eq!(round_to_code(v), want, "{v}");
         }
+        assert_eq!(round_to_code(f32::NAN), 0);
+        assert_eq!(round_to_code(f32::INFINITY), 32767);
+        assert_eq!(round_to_code(f32::NEG_INFINITY), -32767);
     }
 
     #[test]
@@ -545,6 +585,28 @@ mod tests {
                 assert_eq!(a, b, "{isa:?} k={k}");
             }
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_quantization_gives_the_same_bits() {
+        if !Isa::Avx512.cpu_supports() {
+            eprintln!("skipped: this CPU lacks AVX-512");
+            return;
+        }
+        let mut x = random_vec(77, 40 * Q8_BLOCK);
+        x[..Q8_BLOCK].fill(0.0);
+        x[Q8_BLOCK] = 1e30;
+        x[2 * Q8_BLOCK] = -1e-30;
+        x[3 * Q8_BLOCK + 5] = f32::MIN_POSITIVE;
+        let (mut a, mut b) = (vec![0i16; x.len()], vec![0i16; x.len()]);
+        let (mut sa, mut sb) = (vec![0.0f32; 40], vec![0.0f32; 40]);
+        quantize_blocks(&x, &mut a, &mut sa);
+        // SAFETY: checked above.
+        unsafe { quantize_blocks_avx512(&x, &mut b, &mut sb) };
+        assert_eq!(a, b);
+        let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&sa), bits(&sb));
     }
 
     /// The integer path computes the plain dot product of the dequantized operands (up to
