@@ -1,7 +1,8 @@
 //! Single-thread kernel throughput per ISA: decode matvec, key/value scans (fp16 and turbo
 //! codes) in GB/s, append-time encoding in ns/token. The same cases run in node for simd128
 //! (crates/spinkv-wasm) and under qemu for NEON (emulated: not a speed figure). Then the
-//! prefill matmul of the active ISA on F16 weights at SmolLM2-135M's shapes, in GFLOP/s.
+//! prefill matmul of the active ISA on F16 weights at SmolLM2-135M's shapes, in GFLOP/s, and on
+//! Q8_0 weights in GMAC/s.
 //!
 //! cargo run --release -p spinkv-kernels --example kernel_bench [-- scalar,avx2,avx512]
 //! (`-- prefill-matmul` runs only the matmul case)
