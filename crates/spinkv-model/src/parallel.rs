@@ -55,7 +55,7 @@ mod pool {
             .map_err(|e| ModelError::Threads(format!("cannot start {n} worker threads: {e}")))
     }
 
-    fn pool() -> Result<Arc<ThreadPool>, ModelError> {
+    pub(super) fn pool() -> Result<Arc<ThreadPool>, ModelError> {
         if let Some(pool) = POOL.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
             return Ok(pool.clone());
         }
@@ -160,6 +160,16 @@ fn take_buffers() -> Buffers {
 
 fn put_buffers(buffers: Buffers) {
     REUSED.with(|b| b.set(buffers));
+}
+
+/// Frees the buffers every pool thread (and this one) keeps between fork-joins; the next
+/// fork-join allocates them again.
+pub(crate) fn release_buffers() {
+    drop(take_buffers());
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Ok(pool) = pool::pool() {
+        pool.broadcast(|_| drop(take_buffers()));
+    }
 }
 
 /// The input shared by one fork-join (`[n_tokens, k]`), quantized once up front when a Q8_0
@@ -318,4 +328,40 @@ pub(crate) fn matmul_jobs(x: &[f32], k: usize, jobs: &mut [LinearJob<'_>]) {
     drop(task_tiles);
     buffers.q8 = input.q8.unwrap_or_default();
     put_buffers(buffers);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spinkv_kernels::f16;
+
+    fn kept_tile_floats() -> usize {
+        let buffers = take_buffers();
+        let n = buffers.tiles.len();
+        put_buffers(buffers);
+        n
+    }
+
+    #[test]
+    fn prefill_buffers_are_kept_then_released() {
+        let (k, rows, n_tokens) = (64, 200, 5); // several row tasks with two threads or more
+        let weights: Vec<f16> = (0..k * rows)
+            .map(|i| f16::from_f32(i as f32 * 1e-3))
+            .collect();
+        let x: Vec<f32> = (0..n_tokens * k).map(|i| (i % 7) as f32).collect();
+        let mut out = vec![0.0; n_tokens * rows];
+        let mut jobs = [LinearJob {
+            weight: WeightRef::F16(&weights),
+            rows,
+            cols: k,
+            out: &mut out,
+        }];
+        matmul_jobs(&x, k, &mut jobs);
+        assert_eq!(kept_tile_floats(), n_tokens * rows);
+        let mut expected = vec![0.0; n_tokens * rows];
+        matmul(WeightRef::F16(&weights), k, &x, 0..rows, &mut expected);
+        assert_eq!(out, expected, "tiles scattered to their tokens and rows");
+        release_buffers();
+        assert_eq!(kept_tile_floats(), 0);
+    }
 }

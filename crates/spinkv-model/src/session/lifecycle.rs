@@ -142,9 +142,12 @@ impl Session {
         self.cache.reserve(tokens);
     }
 
-    /// Gives back free cache pages beyond the reservation (after `reset`).
+    /// Gives back free cache pages beyond the reservation (after `reset`), and the buffers the
+    /// compute threads keep between matrix products (at most 256 tokens × the widest
+    /// product's rows of f32 per thread; the next prefill allocates them again).
     pub fn trim_memory(&mut self) {
         self.cache.trim_memory();
+        crate::parallel::release_buffers();
     }
 }
 
