@@ -138,7 +138,8 @@ unsafe fn tile_body<S: PairSums>(tile: Tile<'_>, y: &mut [f32]) {
     }
     // Token groups outside, rows inside: a group's codes (TOKENS · k · 2 bytes) stay in L1
     // while the rows stream past from L2. Rows outside read every token's codes from L2 for
-    // each row, two bytes per multiply-add.
+    // each row, two bytes per multiply-add: a Q8_0 prefill ran 1.12–1.18× slower that way
+    // (in-process A/B, AMD EPYC Zen 4).
     let n_tokens = tile.tokens.len();
     let mut j = 0;
     while j < n_tokens {
