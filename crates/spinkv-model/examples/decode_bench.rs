@@ -6,7 +6,8 @@
 //! decode rate of a profiled run is lower than an unprofiled one's), SPINKV_AB=1 to alternate
 //! `spinkv_kernels::experiment`'s two arms every 32 decode steps (A B B A A B B A ...) and print
 //! each arm's time per token (an A/B of a change inside one process: see that module);
-//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead.
+//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead; SPINKV_KV_B=PRESET
+//! decodes with two caches (SPINKV_KV's and this one) in alternating turns in one process.
 
 use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
 use std::path::PathBuf;
@@ -64,6 +65,16 @@ fn main() {
     let profile = std::env::var("SPINKV_PROFILE").is_ok_and(|v| v == "1");
     if std::env::var("SPINKV_AB").is_ok_and(|v| v == "prefill") {
         return prefill_ab(&model, &kv, &prompt, runs);
+    }
+    if let Ok(other) = std::env::var("SPINKV_KV_B") {
+        let kv_b = match KvConfig::preset(&other) {
+            Ok(kv) => kv,
+            Err(e) => {
+                eprintln!("error: SPINKV_KV_B: {e}");
+                std::process::exit(2);
+            }
+        };
+        return caches_ab(&model, [&kv, &kv_b], &prompt, steps);
     }
     let ab = std::env::var("SPINKV_AB").is_ok_and(|v| v == "1");
     let mut decode_rates = Vec::new();
@@ -169,6 +180,49 @@ fn prefill_ab(model: &std::sync::Arc<Model>, kv: &KvConfig, prompt: &[u32], runs
         arms[1].1,
         b / a
     );
+}
+
+/// SPINKV_KV_B=PRESET: two sessions, SPINKV_KV's cache (A) and this one (B), prefilled
+/// alike, then decoding in turns of [`AB_STEPS`] steps (A B B A ...; the first turn of each
+/// uncounted); prints each one's attention and matmul ms per token.
+fn caches_ab(model: &std::sync::Arc<Model>, kvs: [&KvConfig; 2], prompt: &[u32], steps: usize) {
+    let mut sessions: Vec<Session> = kvs
+        .iter()
+        .map(|kv| {
+            let mut session = Session::new(model.clone(), (*kv).clone()).expect("session");
+            session.prefill(prompt, false).expect("prefill");
+            session
+        })
+        .collect();
+    // [arm] = (seconds, attention ns, matmul ns, steps)
+    let mut totals = [(0.0f64, 0u64, 0u64, 0usize); 2];
+    for turn in 0..(2 * steps).div_ceil(AB_STEPS) {
+        let arm = usize::from(turn % 4 == 1 || turn % 4 == 2);
+        let session = &mut sessions[arm];
+        let before = session.timings().clone();
+        let started = Instant::now();
+        for _ in 0..AB_STEPS {
+            let next = argmax(session.last_logits());
+            session.decode(next).expect("decode");
+        }
+        if turn >= 2 {
+            let t = session.timings();
+            let total = &mut totals[arm];
+            total.0 += started.elapsed().as_secs_f64();
+            total.1 += t.attention_ns - before.attention_ns;
+            total.2 += t.matmul_ns - before.matmul_ns;
+            total.3 += AB_STEPS;
+        }
+    }
+    for (name, (s, attention, matmul, n)) in ["A", "B"].iter().zip(totals) {
+        let n = n.max(1) as f64;
+        println!(
+            "  {name}: {:.3} ms per token (attention {:.2} ms, matmul {:.2} ms), {n} steps",
+            s * 1e3 / n,
+            attention as f64 / 1e6 / n,
+            matmul as f64 / 1e6 / n
+        );
+    }
 }
 
 fn argmax(logits: &[f32]) -> u32 {
