@@ -75,10 +75,10 @@ fn prefill_matmul() {
     }
 }
 
-/// The same shape on Q8_0 weights as the model runs it: the activations quantized once, the
-/// rows in eight tasks (what a 2-thread pool gives each fork-join), one task after another.
+/// The same shape on Q8_0 weights as the model runs it: the activations quantized once in
+/// the kernel's order, the rows in eight tasks (what a 2-thread pool gives each fork-join), one task after another.
 fn prefill_matmul_q8(name: &str, k: usize, rows: usize, x: &[f32]) {
-    use spinkv_kernels::q8dot::{matmul_quantized, Q8Activations};
+    use spinkv_kernels::q8dot::{matmul_quantized, CodeOrder, Q8Activations};
     use spinkv_kernels::{f16, Q8Weights, Q8_BLOCK};
     const TOKENS: usize = 256;
     const CALLS: usize = 24;
@@ -87,7 +87,8 @@ fn prefill_matmul_q8(name: &str, k: usize, rows: usize, x: &[f32]) {
         .map(|i| f16::from_f32(0.001 + (i % 97) as f32 * 1e-4))
         .collect();
     let w = Q8Weights::new(&codes, &scales).expect("one scale per block");
-    let xq = Q8Activations::quantize(x);
+    let order = CodeOrder::for_isa(spinkv_kernels::active_isa());
+    let xq = Q8Activations::quantize_in(x, k, order);
     let task_rows = (rows / 8).div_ceil(4) * 4;
     let mut y = vec![0.0f32; TOKENS * task_rows];
     let mut best = f64::INFINITY;

@@ -102,7 +102,8 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
     let q8 = crate::Q8Weights::new(&codes, &scales).expect("one scale per block");
     for n_tokens in [1usize, 64] {
         let x: Vec<f32> = (0..n_tokens * k).map(|i| pseudo(i + 3)).collect();
-        let xq = crate::q8dot::Q8Activations::quantize(&x);
+        let order = crate::q8dot::CodeOrder::for_isa(isa);
+        let xq = crate::q8dot::Q8Activations::quantize_in(&x, k, order);
         let mut y = vec![0.0f32; n_tokens * rows];
         let s = time(now, min_ms, || {
             crate::q8dot::matmul_quantized(q8, k, &xq, 0..rows, &mut y)

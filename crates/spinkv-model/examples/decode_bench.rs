@@ -18,6 +18,12 @@ use std::time::Instant;
 /// the same arm and read 2 % apart with both arms running the same code).
 const AB_STEPS: usize = 32;
 
+/// The arm (0 = A, 1 = B) of turn `turn` in the order A B B A A B B A ...: each arm follows
+/// the other as often as it precedes it, so a drift in time weighs on both alike.
+fn abba_arm(turn: usize) -> usize {
+    usize::from(turn % 4 == 1 || turn % 4 == 2)
+}
+
 fn arg(args: &[String], i: usize, default: usize) -> usize {
     args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
 }
@@ -97,10 +103,8 @@ fn main() {
         // Seconds and steps of arms A and B (all in A without SPINKV_AB).
         let mut arms = [(0.0f64, 0usize); 2];
         for step in 0..steps {
-            // Turns in the order A B B A A B B A ... (each arm follows the other as often as it
-            // precedes it), counted from the uncounted first turn as turn 1: B A A B B ...
-            let block = step / AB_STEPS + 1;
-            let arm = usize::from(ab && (block % 2) != (block / 2) % 2);
+            // The uncounted first turn is turn 1 of the order: B, then A A B B ...
+            let arm = if ab { abba_arm(step / AB_STEPS + 1) } else { 0 };
             spinkv_kernels::experiment::set_arm_b(arm == 1);
             let step_started = Instant::now();
             let next = argmax(session.last_logits());
@@ -157,11 +161,12 @@ fn main() {
 }
 
 /// SPINKV_AB=prefill: `runs` prefills of the prompt in fresh sessions, the arms in the order
-/// B A A B B A ... (the first run warms up and counts for neither); prints each arm's rate.
+/// B A A B B A ... (turn 2 on; the first run warms up and counts for neither); prints each
+/// arm's rate.
 fn prefill_ab(model: &std::sync::Arc<Model>, kv: &KvConfig, prompt: &[u32], runs: usize) {
     let mut arms = [(0.0f64, 0usize); 2];
     for run in 0..=runs {
-        let arm = usize::from(run % 4 == 0 || run % 4 == 3);
+        let arm = abba_arm(run + 2);
         spinkv_kernels::experiment::set_arm_b(arm == 1);
         let mut session = Session::new(model.clone(), kv.clone()).expect("session");
         let started = Instant::now();
@@ -197,7 +202,7 @@ fn caches_ab(model: &std::sync::Arc<Model>, kvs: [&KvConfig; 2], prompt: &[u32],
     // [arm] = (seconds, attention ns, matmul ns, steps)
     let mut totals = [(0.0f64, 0u64, 0u64, 0usize); 2];
     for turn in 0..(2 * steps).div_ceil(AB_STEPS) {
-        let arm = usize::from(turn % 4 == 1 || turn % 4 == 2);
+        let arm = abba_arm(turn);
         let session = &mut sessions[arm];
         let before = session.timings().clone();
         let started = Instant::now();

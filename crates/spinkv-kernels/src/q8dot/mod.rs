@@ -75,23 +75,19 @@ pub struct Q8Activations {
 }
 
 impl Q8Activations {
-    /// `x` (`[n_tokens, k]`, `k` a multiple of [`Q8_BLOCK`]) quantized as the module docs say.
+    /// `x` (`[n_tokens, k]`, `k` a multiple of [`Q8_BLOCK`]) quantized as the module docs say,
+    /// in element order.
     pub fn quantize(x: &[f32]) -> Self {
-        let mut out = Q8Activations::default();
-        out.quantize_from(x);
-        out
+        Q8Activations::quantize_in(x, Q8_BLOCK, CodeOrder::Canonical)
     }
 
-    /// As [`Q8Activations::quantize`], reusing this value's buffers.
-    pub fn quantize_from(&mut self, x: &[f32]) {
-        self.resize(x.len(), CodeOrder::Canonical);
-        quantize_tokens(
-            x,
-            Q8_BLOCK,
-            CodeOrder::Canonical,
-            &mut self.codes,
-            &mut self.scales,
-        );
+    /// `x` (whole tokens of `k` values) quantized, each token's codes in `order`: for the
+    /// kernels of an ISA, `CodeOrder::for_isa(isa)`.
+    pub fn quantize_in(x: &[f32], k: usize, order: CodeOrder) -> Self {
+        let mut out = Q8Activations::default();
+        out.resize(x.len(), order);
+        quantize_tokens(x, k, order, &mut out.codes, &mut out.scales);
+        out
     }
 
     /// Buffers for `n` codes (a multiple of [`Q8_BLOCK`]) in `order`, contents unspecified:
@@ -285,10 +281,7 @@ pub(crate) unsafe fn matmul_on(
         x.len() / k * rows.len(),
         "q8 matmul: y is not [n_tokens, rows]"
     );
-    let mut xq = Q8Activations::default();
-    let order = CodeOrder::for_isa(isa);
-    xq.resize(x.len(), order);
-    quantize_tokens(x, k, order, &mut xq.codes, &mut xq.scales);
+    let xq = Q8Activations::quantize_in(x, k, CodeOrder::for_isa(isa));
     // SAFETY: `isa` runs on this CPU (caller).
     unsafe { matmul_quantized_on(isa, w, k, &xq, rows, y) }
 }
