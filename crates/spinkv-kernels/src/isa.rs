@@ -164,6 +164,14 @@ pub fn active_isa() -> Isa {
     if code != UNSET {
         return Isa::from_code(code);
     }
+    choose_initial_isa()
+}
+
+/// The first [`active_isa`] call's choice, kept out of line so that every kernel dispatch
+/// inlines only the atomic load.
+#[cold]
+#[inline(never)]
+fn choose_initial_isa() -> Isa {
     let initial = match env_isa_override() {
         Ok(Some(isa)) => isa,
         Ok(None) => detected_isa(),

@@ -193,11 +193,8 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     let mut states = vec![0.0f32; items.len() * stride];
     let run = |(item, state): (&Item, &mut [f32])| run_item(job, item, state, head_stride);
     let per_thread: usize = if parallel {
-        items
-            .par_iter()
-            .zip(states.par_chunks_mut(stride))
-            .map(run)
-            .max()
+        let work: Vec<(&Item, &mut [f32])> = items.iter().zip(states.chunks_mut(stride)).collect();
+        outer_first(work).into_par_iter().map(run).max()
     } else {
         items.iter().zip(states.chunks_mut(stride)).map(run).max()
     }
@@ -246,6 +243,18 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
         i = j;
     }
     scratch
+}
+
+/// `work` in the order first, last, second, second to last, ...: the pool splits a parallel
+/// iterator in halves, and under the causal mask a prefill's later query ranges see more keys,
+/// so in item order one thread would get the cheap first half and the other the costly second.
+fn outer_first<T>(work: Vec<T>) -> Vec<T> {
+    let n = work.len();
+    let mut slots: Vec<Option<T>> = work.into_iter().map(Some).collect();
+    (0..n)
+        .map(|i| if i % 2 == 0 { i / 2 } else { n - 1 - i / 2 })
+        .map(|index| slots[index].take().expect("each index once"))
+        .collect()
 }
 
 /// Splits the work into about `target` items: query ranges first (prefill has plenty), then
@@ -538,6 +547,20 @@ fn softmax_step(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each half of the order (how the pool splits it) holds as many early as late items, so
+    /// under the causal mask both halves cost about the same.
+    #[test]
+    fn items_run_outermost_first() {
+        assert_eq!(outer_first((0..4).collect()), vec![0, 3, 1, 2]);
+        assert_eq!(outer_first((0..5).collect()), vec![0, 4, 1, 3, 2]);
+        assert_eq!(outer_first((0..8).collect()), vec![0, 7, 1, 6, 2, 5, 3, 4]);
+        assert_eq!(outer_first(vec![7]), vec![7]);
+        assert!(outer_first(Vec::<u8>::new()).is_empty());
+        let order = outer_first((1..=8).collect::<Vec<usize>>());
+        let (left, right) = order.split_at(4);
+        assert_eq!(left.iter().sum::<usize>(), right.iter().sum::<usize>());
+    }
 
     #[test]
     fn plans_cover_every_query_and_page_once() {

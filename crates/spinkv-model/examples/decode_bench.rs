@@ -6,7 +6,9 @@
 //! decode rate of a profiled run is lower than an unprofiled one's), SPINKV_AB=1 to alternate
 //! `spinkv_kernels::experiment`'s two arms every 32 decode steps (A B B A A B B A ...) and print
 //! each arm's time per token (an A/B of a change inside one process: see that module);
-//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead; SPINKV_KV_B=PRESET
+//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead (SPINKV_AB_AFTER=N:
+//! each prefill continues an untimed one of the prompt's first N tokens, as `spinkv bench`'s
+//! prefill at a depth does); SPINKV_KV_B=PRESET
 //! decodes with two caches (SPINKV_KV's and this one) in alternating turns in one process.
 
 use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
@@ -164,20 +166,29 @@ fn main() {
 /// B A A B B A ... (turn 2 on; the first run warms up and counts for neither); prints each
 /// arm's rate.
 fn prefill_ab(model: &std::sync::Arc<Model>, kv: &KvConfig, prompt: &[u32], runs: usize) {
+    let after: usize = std::env::var("SPINKV_AB_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+        .min(prompt.len());
+    let (prefix, timed) = prompt.split_at(after);
     let mut arms = [(0.0f64, 0usize); 2];
     for run in 0..=runs {
         let arm = abba_arm(run + 2);
         spinkv_kernels::experiment::set_arm_b(arm == 1);
         let mut session = Session::new(model.clone(), kv.clone()).expect("session");
+        if !prefix.is_empty() {
+            session.prefill(prefix, false).expect("prefill");
+        }
         let started = Instant::now();
-        session.prefill(prompt, false).expect("prefill");
+        session.prefill(timed, false).expect("prefill");
         if run > 0 {
             arms[arm].0 += started.elapsed().as_secs_f64();
             arms[arm].1 += 1;
         }
     }
     spinkv_kernels::experiment::set_arm_b(false);
-    let rate = |(s, n): (f64, usize)| (n * prompt.len()) as f64 / s.max(f64::MIN_POSITIVE);
+    let rate = |(s, n): (f64, usize)| (n * timed.len()) as f64 / s.max(f64::MIN_POSITIVE);
     let (a, b) = (rate(arms[0]), rate(arms[1]));
     println!(
         "  A/B prefill tok/s: A {a:.1} ({} runs), B {b:.1} ({} runs), B/A {:.3}",
