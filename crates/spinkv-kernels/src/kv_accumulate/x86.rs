@@ -32,6 +32,18 @@ struct Group {
     n: usize,
 }
 
+impl Group {
+    /// Group `g` of a row of `d` channels, a register of `V` a group.
+    #[inline(always)]
+    fn nth<V: Vector>(d: usize, g: usize) -> Group {
+        let first = V::N * g;
+        Group {
+            first,
+            n: (d - first).min(V::N),
+        }
+    }
+}
+
 /// A page's value rows `[rows][d]`, widened group by group: fp16 rows of the page, or f32
 /// rows of a decoded block of codes.
 struct Rows<L> {
@@ -87,12 +99,13 @@ struct Chunk {
     live: u32,
 }
 
-/// Where a register tile sits: the chunk's rows × query heads from `q0` × `groups`, with the
-/// heads' staged weights.
+/// Where a register tile sits: the chunk's rows × query heads from `q0` × the `n_groups`
+/// groups from group `g0`, with the heads' staged weights.
 #[derive(Clone, Copy)]
 struct At<'a> {
     chunk: Chunk,
-    groups: &'a [Group],
+    g0: usize,
+    n_groups: usize,
     q0: usize,
     staged: &'a Staged,
 }
@@ -140,7 +153,7 @@ unsafe fn stage<V: Vector>(page: &Page<'_>, chunk: Chunk, q0: usize, nq: usize) 
     staged
 }
 
-/// One register tile: query heads `q0..q0 + NQ` × the `NG` groups in `groups`, over one chunk
+/// One register tile: query heads `q0..q0 + NQ` × `NG` groups from `g0`, over one chunk
 /// of rows. Weights (times the rows' scales) are staged per chunk, so a row costs `NQ`
 /// broadcasts, `NG` loads and `NQ·NG` FMAs.
 ///
@@ -155,7 +168,8 @@ unsafe fn tile<V: Vector, L: Lanes, const NQ: usize, const NG: usize>(
     at: At<'_>,
     acc: &mut [f32],
 ) {
-    let (d, chunk, groups, q0) = (page.d, at.chunk, at.groups, at.q0);
+    let (d, chunk, q0) = (page.d, at.chunk, at.q0);
+    let groups: [Group; NG] = core::array::from_fn(|g| Group::nth::<V>(d, at.g0 + g));
     let (ws, factors) = (&at.staged.ws, &at.staged.factors);
     // SAFETY (all accesses): masked accumulator lanes stay inside acc row q0 + q.
     unsafe {
@@ -201,7 +215,7 @@ unsafe fn tile<V: Vector, L: Lanes, const NQ: usize, const NG: usize>(
     }
 }
 
-/// The tile of `NQ` query heads × `at.groups.len()` groups (each 1..=4).
+/// The tile of `NQ` query heads × `at.n_groups` groups (each 1..=4).
 ///
 /// # Safety
 /// As [`tile`].
@@ -214,7 +228,7 @@ unsafe fn tile_of<V: Vector, L: Lanes, const NQ: usize>(
 ) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        match at.groups.len() {
+        match at.n_groups {
             4 => tile::<V, L, NQ, 4>(src, page, at, acc),
             3 => tile::<V, L, NQ, 3>(src, page, at, acc),
             2 => tile::<V, L, NQ, 2>(src, page, at, acc),
@@ -231,7 +245,7 @@ unsafe fn tile_of<V: Vector, L: Lanes, const NQ: usize>(
 unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
     src: &Rows<L>,
     page: &Page<'_>,
-    groups: &[Group],
+    n_groups: usize,
     acc: &mut [f32],
 ) {
     let tile_qg = tile_size::<V>();
@@ -258,10 +272,11 @@ unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
             let nq = (page.n_qh - q0).min(tile_qg);
             // SAFETY: `V`'s features; the chunk lies inside the page (checked shapes).
             let staged = unsafe { stage::<V>(page, chunk, q0, nq) };
-            for gt in groups.chunks(tile_qg) {
+            for g0 in (0..n_groups).step_by(tile_qg) {
                 let at = At {
                     chunk,
-                    groups: gt,
+                    g0,
+                    n_groups: (n_groups - g0).min(tile_qg),
                     q0,
                     staged: &staged,
                 };
@@ -279,19 +294,6 @@ unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
     }
 }
 
-/// The groups of one register of channels of a row of `d` channels, and how many there are.
-fn groups<V: Vector>(d: usize) -> ([Group; crate::MAX_CODED_DIM / 8], usize) {
-    let mut groups = [Group::default(); crate::MAX_CODED_DIM / 8];
-    let n = d.div_ceil(V::N);
-    for (g, slot) in groups.iter_mut().enumerate().take(n) {
-        *slot = Group {
-            first: V::N * g,
-            n: (d - V::N * g).min(V::N),
-        };
-    }
-    (groups, n)
-}
-
 /// # Safety
 /// `V`'s features; shapes as checked by `super::accumulate_f16`.
 #[inline(always)]
@@ -306,7 +308,7 @@ unsafe fn accumulate_f16<V: Vector>(
     // (no masked loads of halves: a copy would be a call inside the hot loop); its last d % 8
     // channels go through scalar FMAs, which add each element in the same row order.
     let tiled = if V::MASKED_HALVES { d } else { d / V::N * V::N };
-    let (groups, n_groups) = groups::<V>(tiled);
+    let n_groups = tiled.div_ceil(V::N);
     let page = Page {
         rows: values.len() / d,
         scales: None,
@@ -321,7 +323,7 @@ unsafe fn accumulate_f16<V: Vector>(
         d,
     };
     // SAFETY: `V`'s features; shapes checked by the dispatcher.
-    unsafe { accumulate_tiled::<V, f16>(&src, &page, &groups[..n_groups], acc) };
+    unsafe { accumulate_tiled::<V, f16>(&src, &page, n_groups, acc) };
     for c in tiled..d {
         for j in 0..page.rows {
             if !any_weight(weights, stride, page.n_qh, j) {
@@ -367,7 +369,7 @@ unsafe fn accumulate_codes<V: Decoders>(
     // against the layout.
     unsafe {
         if decoder.has_segments() && d <= MAX_BLOCKED_DIM {
-            let (groups, n_groups) = groups::<V>(d);
+            let n_groups = d.div_ceil(V::N);
             let mut buf = MaybeUninit::<[f32; CODE_BLOCK * MAX_BLOCKED_DIM]>::uninit();
             let buf = buf.as_mut_ptr() as *mut f32;
             let rows = r.scales.len();
@@ -385,7 +387,7 @@ unsafe fn accumulate_codes<V: Decoders>(
                     d,
                 };
                 let src = Rows { rows: buf as *const f32, d };
-                accumulate_tiled::<V, f32>(&src, &page, &groups[..n_groups], acc);
+                accumulate_tiled::<V, f32>(&src, &page, n_groups, acc);
             }
             return;
         }
