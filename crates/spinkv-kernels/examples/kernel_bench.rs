@@ -75,8 +75,9 @@ fn prefill_matmul() {
     }
 }
 
-/// The same shape on Q8_0 weights as the model runs it: the activations quantized once in
-/// the kernel's order, the rows in eight tasks (what a 2-thread pool gives each fork-join), one task after another.
+/// The same shape on Q8_0 weights as the model runs it: the activations quantized once in the
+/// kernel's order, the rows in eight tasks (what a 2-thread pool gives each fork-join), one
+/// task after another.
 fn prefill_matmul_q8(name: &str, k: usize, rows: usize, x: &[f32]) {
     use spinkv_kernels::q8dot::{matmul_quantized, CodeOrder, Q8Activations};
     use spinkv_kernels::{f16, Q8Weights, Q8_BLOCK};

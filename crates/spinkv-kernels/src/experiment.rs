@@ -19,6 +19,12 @@ pub fn arm_b() -> bool {
     ARM_B.load(Ordering::Relaxed)
 }
 
+/// The arm (0 = A, 1 = B) of turn `turn` in the order A B B A A B B A ...: each arm follows
+/// the other as often as it precedes it, so a drift in time weighs on both alike.
+pub fn abba_arm(turn: usize) -> usize {
+    usize::from(turn % 4 == 1 || turn % 4 == 2)
+}
+
 /// Selects arm B (`true`) or A for every thread from the next read on.
 pub fn set_arm_b(on: bool) {
     ARM_B.store(on, Ordering::Relaxed);
@@ -33,5 +39,11 @@ mod tests {
         assert!(super::arm_b());
         super::set_arm_b(false);
         assert!(!super::arm_b());
+    }
+
+    #[test]
+    fn turns_alternate_abba() {
+        let arms: Vec<usize> = (0..8).map(super::abba_arm).collect();
+        assert_eq!(arms, [0, 1, 1, 0, 0, 1, 1, 0]);
     }
 }

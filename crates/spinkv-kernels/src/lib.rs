@@ -12,6 +12,7 @@
 
 mod canon;
 mod isa;
+mod round;
 mod simd;
 
 #[doc(hidden)]

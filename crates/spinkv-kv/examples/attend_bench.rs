@@ -85,7 +85,7 @@ fn ab(depth: usize, reps: usize, mut call: impl FnMut() -> Result<(), spinkv_kv:
     let batch = (reps / BATCHES).max(1);
     let mut arms: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for turn in 0..8 * BATCHES {
-        let arm = turn.div_ceil(2) % 2;
+        let arm = spinkv_kernels::experiment::abba_arm(turn);
         set_arm_b(arm == 1);
         call().unwrap();
         let t = Instant::now();

@@ -406,15 +406,11 @@ fn run_item_with(
         // after full pages, up to the tile's length and the last query.
         let mut tile = seg;
         let mut n_pages = 1;
-        let pool = match seg.kind {
-            PageKind::Fp16 => job.fp16_pool,
-            PageKind::Sealed => job.sealed_pool,
+        let (pool, max_pages) = match seg.kind {
+            PageKind::Fp16 => (job.fp16_pool, fp16_tile_pages),
+            PageKind::Sealed => (job.sealed_pool, tile_pages),
         };
         pages[0] = pool.page(seg.page);
-        let max_pages = match seg.kind {
-            PageKind::Fp16 => fp16_tile_pages,
-            PageKind::Sealed => tile_pages,
-        };
         while n_pages < max_pages && index + n_pages < end {
             let next = job.table.segment(index + n_pages, page_tokens);
             if next.kind != seg.kind
@@ -456,8 +452,7 @@ fn run_item_with(
                 Partial::view(&mut state[kv_head * head_stride..][..state_len], n_qh, d);
             match seg.kind {
                 PageKind::Fp16 => {
-                    for (first, page) in page_starts(&pages[..n_pages], page_tokens, visible) {
-                        let rows = (visible - first).min(page_tokens);
+                    for (first, rows, page) in page_rows(&pages[..n_pages], page_tokens, visible) {
                         let keys = &job.fp16.keys(page, kv_head)[..rows * d];
                         kv_score::score_f16(keys, d, queries, &mut scores[first..], tile_tokens);
                     }
@@ -483,8 +478,7 @@ fn run_item_with(
             laps.lap(Phase::Softmax);
             match seg.kind {
                 PageKind::Fp16 => {
-                    for (first, page) in page_starts(&pages[..n_pages], page_tokens, visible) {
-                        let rows = (visible - first).min(page_tokens);
+                    for (first, rows, page) in page_rows(&pages[..n_pages], page_tokens, visible) {
                         let values = &job.fp16.values(page, kv_head)[..rows * d];
                         let weights = &scores[first..];
                         kv_accumulate::accumulate_f16(values, d, weights, tile_tokens, state.acc);
@@ -504,17 +498,19 @@ fn run_item_with(
     4 * needed
 }
 
-/// The tile's pages that hold visible tokens, each with the tile index of its first token.
-fn page_starts<'a, 'p>(
+/// The tile's pages that hold visible tokens: the tile index of each one's first token, how
+/// many of its tokens are visible, and the page.
+fn page_rows<'a, 'p>(
     pages: &'a [&'p [u8]],
     page_tokens: usize,
     visible: usize,
-) -> impl Iterator<Item = (usize, &'p [u8])> + 'a {
+) -> impl Iterator<Item = (usize, usize, &'p [u8])> + 'a {
     pages
         .iter()
         .enumerate()
-        .map(move |(i, page)| (i * page_tokens, *page))
+        .map(move |(i, page)| (i * page_tokens, page))
         .take_while(move |(first, _)| *first < visible)
+        .map(move |(first, page)| (first, (visible - first).min(page_tokens), *page))
 }
 
 /// Queues the pages of the segments from `*next` up to `stop` for prefetching, every head of

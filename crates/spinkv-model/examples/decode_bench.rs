@@ -11,6 +11,7 @@
 //! prefill at a depth does); SPINKV_KV_B=PRESET
 //! decodes with two caches (SPINKV_KV's and this one) in alternating turns in one process.
 
+use spinkv_kernels::experiment::abba_arm;
 use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,12 +20,6 @@ use std::time::Instant;
 /// page (a step that seals one is ~3 ms slower; turns of 4 steps put every sealing step in
 /// the same arm and read 2 % apart with both arms running the same code).
 const AB_STEPS: usize = 32;
-
-/// The arm (0 = A, 1 = B) of turn `turn` in the order A B B A A B B A ...: each arm follows
-/// the other as often as it precedes it, so a drift in time weighs on both alike.
-fn abba_arm(turn: usize) -> usize {
-    usize::from(turn % 4 == 1 || turn % 4 == 2)
-}
 
 fn arg(args: &[String], i: usize, default: usize) -> usize {
     args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)

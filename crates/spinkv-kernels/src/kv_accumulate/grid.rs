@@ -18,6 +18,7 @@
 //! not depend on how pages are grouped into calls.
 
 use crate::codes::{CodeLayout, Levels};
+use crate::round::round_even;
 
 /// Rows per chunk (one weight step each).
 pub(crate) const CHUNK: usize = 32;
@@ -30,15 +31,6 @@ const MAX_WIDTH: u32 = 4;
 
 // A chunk's largest possible sum stays exact in f32.
 const _: () = assert!(CHUNK as f32 * WEIGHT_STEPS * LEVEL_STEPS < (1 << 24) as f32);
-
-/// `x` rounded to the nearest integer, ties to even, for `|x| ≤ 2^22`: adding and taking back
-/// 1.5 · 2^23 leaves no fraction bits (f32 arithmetic rounds to nearest even). `round_ties_even`
-/// is a library call on x86-64 without SSE4.1, and this runs on every call's level tables.
-#[inline(always)]
-fn round_even(x: f32) -> f32 {
-    const SHIFT: f32 = 12_582_912.0;
-    (x + SHIFT) - SHIFT
-}
 
 /// Whether values of this layout accumulate on the grid (every channel at most 4 bits).
 pub(crate) fn applies(layout: &CodeLayout) -> bool {
@@ -244,16 +236,6 @@ mod tests {
                     err <= bound,
                     "d={d} {half_bits}/2 bits c={c}: {g} vs {exact}"
                 );
-            }
-        }
-    }
-
-    #[test]
-    fn rounding_matches_round_ties_even() {
-        for i in -2000..2000 {
-            for x in [i as f32 * 0.25, i as f32 * 0.1 + 0.05, i as f32 * 0.5] {
-                // Equal as numbers: -0.3 gives +0, not -0 (no sum on the grid can end at -0).
-                assert_eq!(round_even(x), x.round_ties_even(), "{x}");
             }
         }
     }

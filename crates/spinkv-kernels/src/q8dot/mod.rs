@@ -227,16 +227,12 @@ fn unpair(from: &[i16], to: &mut [i16]) {
     to[pairs * PAIR..].copy_from_slice(&from[pairs * PAIR..]);
 }
 
-/// `round_ties_even(v)` clamped to ±32767 (NaN gives 0): adding 1.5·2^23 rounds to the nearest
-/// integer, ties to even, in the default rounding mode, and leaves it in the low mantissa bits
-/// — plain adds and integer arithmetic that vectorize, where `f32::round_ties_even` is a
-/// library call on baseline x86-64 and a saturating `as i32` does not vectorize.
+/// `round_ties_even(v)` clamped to ±32767 (NaN gives 0), in operations that vectorize
+/// ([`crate::round`]).
 #[inline(always)]
 fn round_to_code(v: f32) -> i16 {
-    const SHIFT: f32 = 12_582_912.0;
-    const SHIFT_BITS: i32 = 0x4B40_0000;
     // Clamping first is the same as after rounding: the bounds are integers.
-    ((v.clamp(-CODE_MAX, CODE_MAX) + SHIFT).to_bits() as i32).wrapping_sub(SHIFT_BITS) as i16
+    crate::round::round_even_int(v.clamp(-CODE_MAX, CODE_MAX)) as i16
 }
 
 /// `y[r - rows.start] = W[r, :] · x` for Q8_0 weights (`k` a multiple of [`Q8_BLOCK`]), `x`

@@ -130,24 +130,21 @@ pub fn quantize_query(layout: &CodeLayout, levels: &IntLevels, q: &[f32], out: &
     (max / QUERY_MAX) * levels.scale
 }
 
-/// `x.round().clamp(-QUERY_MAX, QUERY_MAX) as i16` for finite `|x| < 2^22`, in plain adds and
-/// bit arithmetic that vectorize: on baseline x86-64 `round` is a library call per coordinate
+/// `x.round().clamp(-QUERY_MAX, QUERY_MAX) as i16` for finite `|x| < 2^22`, in operations that
+/// vectorize ([`crate::round`]): on baseline x86-64 `round` is a library call per coordinate
 /// (5 % of a decode attention's samples at depth 512).
 #[inline(always)]
 fn query_code(x: f32) -> i16 {
-    // Adding 1.5 · 2^23 rounds to an integer, ties to even; bits of the sum are the integer.
-    const SHIFT: f32 = 12_582_912.0;
-    const SHIFT_BITS: i32 = 0x4B40_0000;
-    let nearest = (x + SHIFT) - SHIFT;
+    use crate::round::{round_even, round_even_int};
+    let nearest = round_even(x);
     // At a tie `round` takes the neighbour away from zero; x ± 0.5 is that integer, exactly.
     let rounded = if (x - nearest).abs() == 0.5 {
         x + 0.5f32.copysign(x)
     } else {
         nearest
     };
-    // Clamping an integer to integer bounds keeps it an integer, so the sum's bits are exact.
-    let clamped = rounded.clamp(-QUERY_MAX, QUERY_MAX);
-    ((clamped + SHIFT).to_bits() as i32).wrapping_sub(SHIFT_BITS) as i16
+    // Clamping an integer to integer bounds keeps it an integer.
+    round_even_int(rounded.clamp(-QUERY_MAX, QUERY_MAX)) as i16
 }
 
 /// A run of packed key rows for the integer scan: `scales.len()` rows of `layout.bytes()`,
