@@ -6,10 +6,11 @@
 //! interleaved rows/pass ~8–11 GB/s — the interleaved streams defeat the hardware prefetcher,
 //! and decode speed is that bandwidth. The activation vector stays in L1 either way.
 //!
-//! Each row asks for the lines [`PREFETCH_AHEAD`] bytes past it before its dot product (a
-//! software prefetch along the same single stream). On the 2-core AMD EPYC (Zen 3, loaded),
-//! 1 thread, it cut the CPU time of a Gemma 3 270M F16 decode (its 262,144 x 640 LM head
-//! dominates) by ~7-15 %; SmolLM2-135M F16 stayed within noise (+1-4 %).
+//! Where [`crate::prefetch::weight_hints`] says so (CPUs without AVX-512), each row asks for the
+//! lines [`PREFETCH_AHEAD`] bytes past it before its dot product (a software prefetch along the
+//! same single stream). On the 2-core AMD EPYC (Zen 3, loaded), 1 thread, it cut the CPU time of
+//! a Gemma 3 270M F16 decode (its 262,144 x 640 LM head dominates) by ~7-15 %; on a Zen 4 it
+//! made decode 8-13 % slower.
 
 use crate::simd::x86::{dot16, Vector};
 use crate::simd::Lanes;
@@ -53,10 +54,14 @@ unsafe fn matvec_lanes<V: Vector, L: Lanes>(
     y: &mut [f32],
 ) {
     super::check_shapes(w.len(), k, x, &rows, y);
-    let row_bytes = k * std::mem::size_of::<L>();
+    let hinted_bytes = if crate::prefetch::weight_hints() {
+        k * std::mem::size_of::<L>()
+    } else {
+        0
+    };
     for (out, r) in y.iter_mut().zip(rows) {
         let row = w.as_ptr().wrapping_add(r * k) as *const i8;
-        for line in (0..row_bytes).step_by(64) {
+        for line in (0..hinted_bytes).step_by(64) {
             // SAFETY: a prefetch is a hint: it never faults, even past the end of `w`; SSE is
             // part of the x86_64 baseline.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH_AHEAD + line)) };

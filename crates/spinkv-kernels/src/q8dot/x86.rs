@@ -3,7 +3,8 @@
 //! one add give the eight canonical partial sums exactly; even blocks accumulate in one ymm,
 //! odd blocks in the other — the canonical 16 lanes as `(__m256, __m256)`. A weight block is
 //! widened once for [`TOKENS`] tokens (prefill); decode (one token) has its own row loop,
-//! `one_token`, with the block scales prepared per row and a software prefetch.
+//! `one_token`, with the block scales prepared per row and, where
+//! [`crate::prefetch::weight_hints`] says so, a software prefetch.
 //!
 //! AVX-512 has its own kernels, two blocks per zmm (`super::zmm`).
 
@@ -68,11 +69,13 @@ const SCALE_CHUNK: usize = 512;
 /// are contiguous, so the hint runs on into the next row). Decode was waiting on these loads
 /// even with the hardware prefetchers: on the 2-core AMD EPYC (Zen 3, loaded), 1 thread, the
 /// CPU time of a SmolLM2 Q8_0 decode fell ~3 % with 512 bytes ahead, ~9 % with 1 KiB and
-/// ~15–20 % with 4–8 KiB (alike).
+/// ~15–20 % with 4–8 KiB (alike). On a Zen 4 they made it slower (see
+/// [`crate::prefetch::weight_hints`]).
 const PREFETCH_AHEAD: usize = 4096;
 
 /// Decode (one token): every row of the tile streamed once, start to end, with a software
-/// prefetch [`PREFETCH_AHEAD`] bytes ahead (one per 64-byte pair of blocks). Per row the block
+/// prefetch [`PREFETCH_AHEAD`] bytes ahead (one per 64-byte pair of blocks) where
+/// [`crate::prefetch::weight_hints`] asks for it. Per row the block
 /// scales are widened and multiplied by the token's 8 at a time into the canonical `s_b`, so
 /// the block loop is two widening loads, two `pmaddwd`, one convert and one FMA with a
 /// broadcast load — no scalar multiply or register broadcast per block.
@@ -84,6 +87,7 @@ unsafe fn one_token(tile: &Tile<'_>, y: &mut [f32]) {
     const _: () = assert!(SCALE_CHUNK.is_multiple_of(2));
     let (k, blocks) = (tile.k, tile.k / Q8_BLOCK);
     let (x_codes, x_scales) = tile.x.token(tile.tokens.start, k);
+    let hints = crate::prefetch::weight_hints();
     let mut scales = [0.0f32; SCALE_CHUNK];
     let out = &mut y[tile.tokens.start * tile.y_stride..][..tile.rows.len()];
     for (o, r) in out.iter_mut().zip(tile.rows.clone()) {
@@ -100,8 +104,10 @@ unsafe fn one_token(tile: &Tile<'_>, y: &mut [f32]) {
                 let x = x_codes.as_ptr().add(first * Q8_BLOCK);
                 let mut b = 0;
                 while b + 2 <= n {
-                    // A hint: never faults, even past the end of the weights.
-                    _mm_prefetch::<_MM_HINT_T0>(codes.wrapping_add(b * Q8_BLOCK + PREFETCH_AHEAD));
+                    if hints {
+                        // A hint: never faults, even past the end of the weights.
+                        _mm_prefetch::<_MM_HINT_T0>(codes.wrapping_add(b * Q8_BLOCK + PREFETCH_AHEAD));
+                    }
                     even = one_block(codes, x, scales.as_ptr(), b, even);
                     odd = one_block(codes, x, scales.as_ptr(), b + 1, odd);
                     b += 2;

@@ -105,10 +105,6 @@ unsafe fn dot_tile_madd(tile: Tile<'_>, y: &mut [f32]) {
 /// fit well inside 32 zmm).
 const TOKENS: usize = 8;
 
-/// How far ahead of the pair being read the decode loop asks for weight codes (bytes), as in
-/// the AVX2 kernel (`super::x86`).
-const PREFETCH_AHEAD: usize = 4096;
-
 /// # Safety
 /// AVX-512 F/BW/VL (+AVX2/FMA/F16C, and VNNI for [`Vnni`]); `tile` checked against `y`.
 #[inline(always)]
@@ -181,8 +177,8 @@ unsafe fn tile_body<S: PairSums>(tile: Tile<'_>, y: &mut [f32]) {
 const STREAMS: usize = 4;
 
 /// Decode (one token): the rows as [`STREAMS`] sequential streams (the range's quarters, then
-/// the left-over rows one by one), each with a software prefetch [`PREFETCH_AHEAD`] bytes
-/// ahead (one per pair of blocks).
+/// the left-over rows one by one), with no software prefetch: every CPU that runs this kernel
+/// has AVX-512, where the hints made decode slower ([`crate::prefetch::weight_hints`]).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL (+AVX2/FMA/F16C, and VNNI for [`Vnni`]); `tile` (one token) checked
@@ -247,8 +243,6 @@ unsafe fn rows_dot<S: PairSums, const R: usize>(rows: Rows, x: *const i16, x_sca
             let x_scale = _mm_castpd_ps(_mm_load_sd(x_scales.add(b) as *const f64));
             for (i, acc) in acc.iter_mut().enumerate() {
                 let w = codes(i, b);
-                // A hint: never faults, even past the end of the weights.
-                _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(PREFETCH_AHEAD));
                 let (u, v) = widen_pair(w);
                 let partials = _mm512_cvtepi32_ps(S::sums(u, xu, v, xv));
                 let two = (scales(i, b) as *const i32).read_unaligned();
