@@ -106,7 +106,8 @@ unsafe fn one_token(tile: &Tile<'_>, y: &mut [f32]) {
                 while b + 2 <= n {
                     if hints {
                         // A hint: never faults, even past the end of the weights.
-                        _mm_prefetch::<_MM_HINT_T0>(codes.wrapping_add(b * Q8_BLOCK + PREFETCH_AHEAD));
+                        let ahead = codes.wrapping_add(b * Q8_BLOCK + PREFETCH_AHEAD);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead);
                     }
                     even = one_block(codes, x, scales.as_ptr(), b, even);
                     odd = one_block(codes, x, scales.as_ptr(), b + 1, odd);
