@@ -28,12 +28,9 @@ use crate::profile::{timed, Laps, Phase, PhaseCounters};
 use crate::table::{LayerTable, PageKind, Segment};
 
 /// Below this many multiply-adds (`queries · heads · context · head_dim`) attention runs on the
-/// calling thread: splitting costs more than it saves. Decode on a 9-head, head-dim-64 model
-/// splits from depth 57. It was 2^18 (depth 455) while the pool's threads slept between
-/// fork-joins; with them polling (`spinkv-model`'s `parallel::awake`) splitting from 2^15 made
-/// SmolLM2-135M decode at depths 64–320 3–7 % faster (in-process A/B, AMD EPYC Zen 4, F16 and
-/// Q8_0: B/A 0.932, 0.962, 0.940, 0.932).
-pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 15;
+/// calling thread: splitting costs more than it saves. (Decode at depth 512 on a 9-head,
+/// head-dim-64 model is just above it.)
+pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 18;
 
 /// Items per pool thread when splitting prefill: equal-sized items, a multiple of the thread
 /// count, several per thread to even out the causal mask's uneven query ranges and a core that
