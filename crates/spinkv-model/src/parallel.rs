@@ -32,7 +32,6 @@ pub const MAX_THREADS: usize = 256;
 #[cfg(not(target_arch = "wasm32"))]
 mod pool {
     use rayon::{ThreadPool, ThreadPoolBuilder};
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{Arc, RwLock};
 
     use super::MAX_THREADS;
@@ -41,7 +40,10 @@ mod pool {
     static POOL: RwLock<Option<Arc<ThreadPool>>> = RwLock::new(None);
 
     fn default_threads() -> usize {
-        cores().min(MAX_THREADS)
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(MAX_THREADS)
     }
 
     fn build_pool(n: usize) -> Result<Arc<ThreadPool>, ModelError> {
@@ -86,95 +88,8 @@ mod pool {
         pool().map_or(1, |p| p.current_num_threads())
     }
 
-    /// Runs `f` on a pool thread while the pool's other threads poll for its work.
     pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, ModelError> {
-        Ok(pool()?.install(|| awake(f)))
-    }
-
-    /// Runs `f` on this pool thread while every other thread of the pool polls for work
-    /// (`rayon::yield_now`) until `f` returns, instead of going to sleep between fork-joins.
-    ///
-    /// Why: a decode step is ~120 fork-joins of 30–150 µs (one per matrix product, one per
-    /// layer's attention) with a few µs of serial work between them, and a rayon thread that
-    /// finds no work sleeps within microseconds; waking it costs a futex and, in a VM, an
-    /// interrupt to the other core. Measured on a 2-core AMD EPYC Zen 4 VM, F16 decode at depth
-    /// 512: the second thread started its first task of a matrix product 21–42 µs after the
-    /// fork, on average. The pollers are broadcast jobs, one per thread, that return as soon as
-    /// `f` is done (a poller that starts late returns at once), so the caller never waits for
-    /// them. The price is the other cores spinning for the length of `f`, as llama.cpp's own
-    /// threads do during a decode step.
-    fn awake<R>(f: impl FnOnce() -> R) -> R {
-        awake_with(Arc::default(), f)
-    }
-
-    /// What a call of [`awake`] shares with its pollers.
-    #[derive(Default)]
-    pub(super) struct Polling {
-        done: AtomicBool,
-        /// Pollers running now.
-        pub(super) active: AtomicUsize,
-    }
-
-    /// Tells the pollers to stop when `f` returns or unwinds.
-    struct Done(Arc<Polling>);
-
-    impl Drop for Done {
-        fn drop(&mut self) {
-            self.0.done.store(true, Ordering::Release);
-        }
-    }
-
-    pub(super) fn awake_with<R>(polling: Arc<Polling>, f: impl FnOnce() -> R) -> R {
-        let Some(caller) = rayon::current_thread_index() else {
-            return f();
-        };
-        // More threads than cores: a spinning poller would take a core from a thread at work.
-        let threads = rayon::current_num_threads();
-        if threads < 2 || threads > cores() {
-            return f();
-        }
-        let _done = Done(polling.clone());
-        let _calling = Calling::enter();
-        rayon::spawn_broadcast(move |ctx| {
-            // A thread inside a call (waiting in one of its joins) must not poll for another:
-            // two calls each suspended under the other's poller would wait for each other.
-            if ctx.index() == caller || IN_CALL.get() {
-                return;
-            }
-            polling.active.fetch_add(1, Ordering::AcqRel);
-            while !polling.done.load(Ordering::Acquire) {
-                if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                    std::hint::spin_loop();
-                }
-            }
-            polling.active.fetch_sub(1, Ordering::AcqRel);
-        });
-        f()
-    }
-
-    thread_local! {
-        /// Whether this thread is running the `f` of an [`awake`] call.
-        static IN_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    /// Marks this thread as inside a call until dropped.
-    struct Calling(bool);
-
-    impl Calling {
-        fn enter() -> Self {
-            Calling(IN_CALL.replace(true))
-        }
-    }
-
-    impl Drop for Calling {
-        fn drop(&mut self) {
-            IN_CALL.set(self.0);
-        }
-    }
-
-    pub(super) fn cores() -> usize {
-        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        Ok(pool()?.install(f))
     }
 }
 
@@ -419,92 +334,6 @@ pub(crate) fn matmul_jobs(x: &[f32], k: usize, jobs: &mut [LinearJob<'_>]) {
 mod tests {
     use super::*;
     use spinkv_kernels::f16;
-
-    #[cfg(not(target_arch = "wasm32"))]
-    mod awake {
-        use super::super::pool::{awake_with, cores, Polling};
-        use rayon::prelude::*;
-        use std::sync::atomic::Ordering;
-        use std::sync::Arc;
-        use std::time::{Duration, Instant};
-
-        fn two_threads() -> rayon::ThreadPool {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(2)
-                .build()
-                .unwrap()
-        }
-
-        /// Fork-joins until `until` holds or a second has passed; whether it held.
-        fn fork_joins_until(until: impl Fn() -> bool) -> bool {
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(1) {
-                let sum: u64 = (0..10_000u64).into_par_iter().sum();
-                assert_eq!(sum, 49_995_000);
-                if until() {
-                    return true;
-                }
-            }
-            false
-        }
-
-        fn stopped(polling: &Polling) -> bool {
-            let start = Instant::now();
-            while polling.active.load(Ordering::Acquire) != 0 {
-                if start.elapsed() > Duration::from_secs(2) {
-                    return false;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            true
-        }
-
-        #[test]
-        fn the_other_thread_polls_during_a_call_and_stops_after_it() {
-            let pool = two_threads();
-            let polling = Arc::new(Polling::default());
-            let seen = pool.install(|| {
-                awake_with(polling.clone(), || {
-                    fork_joins_until(|| polling.active.load(Ordering::Acquire) == 1)
-                })
-            });
-            assert_eq!(
-                seen,
-                cores() >= 2,
-                "a poller ran: {seen}, cores: {}",
-                cores()
-            );
-            assert!(stopped(&polling), "a poller outlived its call");
-
-            let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pool.install(|| awake_with(polling.clone(), || panic!("the call fails")))
-            }));
-            assert!(unwound.is_err());
-            assert!(stopped(&polling), "a poller outlived a call that panicked");
-        }
-
-        /// Two callers sharing a pool, each waiting in joins the other's poller could be
-        /// stacked on: both must finish (a deadlock fails the test instead of hanging it).
-        #[test]
-        fn concurrent_calls_on_one_pool_finish() {
-            let pool = Arc::new(two_threads());
-            let (done, finished) = std::sync::mpsc::channel();
-            for _ in 0..2 {
-                let (pool, done) = (pool.clone(), done.clone());
-                std::thread::spawn(move || {
-                    for _ in 0..2000 {
-                        pool.install(|| awake_with(Arc::default(), || fork_joins_until(|| true)));
-                    }
-                    done.send(()).unwrap();
-                });
-            }
-            for _ in 0..2 {
-                finished
-                    .recv_timeout(Duration::from_secs(60))
-                    .expect("two calls on one pool did not finish");
-            }
-        }
-    }
 
     fn kept_tile_floats() -> usize {
         let buffers = take_buffers();
