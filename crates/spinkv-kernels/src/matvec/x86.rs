@@ -7,19 +7,17 @@
 //! and decode speed is that bandwidth. The activation vector stays in L1 either way.
 //!
 //! Where [`crate::prefetch::weight_hints`] says so (CPUs without AVX-512), each row asks for the
-//! lines [`PREFETCH_AHEAD`] bytes past it before its dot product (a software prefetch along the
+//! lines [`WEIGHT_AHEAD`] bytes past it before its dot product (a software prefetch along the
 //! same single stream). On the 2-core AMD EPYC (Zen 3, loaded), 1 thread, it cut the CPU time of
 //! a Gemma 3 270M F16 decode (its 262,144 x 640 LM head dominates) by ~7-15 %; on a Zen 4 it
 //! made decode 8-13 % slower.
 
+use crate::prefetch::WEIGHT_AHEAD;
 use crate::simd::x86::{dot16, Vector};
 use crate::simd::Lanes;
 use crate::WeightRef;
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
 use std::ops::Range;
-
-/// How far past the current row the prefetch reaches (bytes).
-const PREFETCH_AHEAD: usize = 4096;
 
 crate::isa::x86_kernels! {
     fn matvec(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]);
@@ -64,7 +62,7 @@ unsafe fn matvec_lanes<V: Vector, L: Lanes>(
         for line in (0..hinted_bytes).step_by(64) {
             // SAFETY: a prefetch is a hint: it never faults, even past the end of `w`; SSE is
             // part of the x86_64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH_AHEAD + line)) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(WEIGHT_AHEAD + line)) };
         }
         // SAFETY: r < rows.end, so row r (k elements) lies inside w per the shape check.
         *out = unsafe { dot16::<V, L>(w.as_ptr().add(r * k), x.as_ptr(), x.len()) };

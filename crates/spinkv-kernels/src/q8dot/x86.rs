@@ -9,6 +9,7 @@
 //! AVX-512 has its own kernels, two blocks per zmm (`super::zmm`).
 
 use super::{Tile, PARTIALS};
+use crate::prefetch::WEIGHT_AHEAD;
 use crate::simd::x86::Vector;
 use crate::weight::Q8_BLOCK;
 use crate::Isa;
@@ -65,20 +66,12 @@ unsafe fn dot_tile<V: Vector>(tile: Tile<'_>, y: &mut [f32]) {
 /// the even/odd accumulators carry across pieces).
 const SCALE_CHUNK: usize = 512;
 
-/// How far ahead of the block being read the decode loop asks for weight codes (bytes; rows
-/// are contiguous, so the hint runs on into the next row). Decode was waiting on these loads
-/// even with the hardware prefetchers: on the 2-core AMD EPYC (Zen 3, loaded), 1 thread, the
-/// CPU time of a SmolLM2 Q8_0 decode fell ~3 % with 512 bytes ahead, ~9 % with 1 KiB and
-/// ~15–20 % with 4–8 KiB (alike). On a Zen 4 they made it slower (see
-/// [`crate::prefetch::weight_hints`]).
-const PREFETCH_AHEAD: usize = 4096;
-
 /// Decode (one token): every row of the tile streamed once, start to end, with a software
-/// prefetch [`PREFETCH_AHEAD`] bytes ahead (one per 64-byte pair of blocks) where
-/// [`crate::prefetch::weight_hints`] asks for it. Per row the block
-/// scales are widened and multiplied by the token's 8 at a time into the canonical `s_b`, so
-/// the block loop is two widening loads, two `pmaddwd`, one convert and one FMA with a
-/// broadcast load — no scalar multiply or register broadcast per block.
+/// prefetch [`WEIGHT_AHEAD`] bytes ahead (one per 64-byte pair of blocks) where
+/// [`crate::prefetch::weight_hints`] asks for it. Per row the block scales are widened and
+/// multiplied by the token's 8 at a time into the canonical `s_b`, so the block loop is two
+/// widening loads, two `pmaddwd`, one convert and one FMA with a broadcast load — no scalar
+/// multiply or register broadcast per block.
 ///
 /// # Safety
 /// AVX2 (+FMA, F16C) available; `tile` (one token) checked against `y`.
@@ -106,7 +99,7 @@ unsafe fn one_token(tile: &Tile<'_>, y: &mut [f32]) {
                 while b + 2 <= n {
                     if hints {
                         // A hint: never faults, even past the end of the weights.
-                        let ahead = codes.wrapping_add(b * Q8_BLOCK + PREFETCH_AHEAD);
+                        let ahead = codes.wrapping_add(b * Q8_BLOCK + WEIGHT_AHEAD);
                         _mm_prefetch::<_MM_HINT_T0>(ahead);
                     }
                     even = one_block(codes, x, scales.as_ptr(), b, even);
