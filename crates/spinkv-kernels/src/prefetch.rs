@@ -31,6 +31,7 @@ pub fn weight_hints() -> bool {
 /// contiguous, so a hint runs on into the next row). On the 2-core AMD EPYC (Zen 3, loaded),
 /// 1 thread, the CPU time of a SmolLM2 Q8_0 decode fell ~3 % with 512 bytes ahead, ~9 % with
 /// 1 KiB and ~15–20 % with 4–8 KiB (alike).
+#[cfg(target_arch = "x86_64")]
 pub(crate) const WEIGHT_AHEAD: usize = 4096;
 
 /// Cache line size assumed for the hints (64 bytes on every CPU spinkv targets).
