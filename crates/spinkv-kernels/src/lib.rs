@@ -8,7 +8,8 @@
 //! fused multiply-add returns bit-identical results. [`parity`] (tests, or the `parity` feature)
 //! checks every SIMD version against the scalar one. See README.md for the ISA × op matrix.
 //!
-//! Kernels work on row ranges / single vectors; threading is the caller's job.
+//! Kernels work on row ranges / single vectors; threading is the caller's job, done on a
+//! [`team`] of threads.
 
 mod canon;
 mod isa;
@@ -35,6 +36,7 @@ pub mod scratch;
 pub mod softmax;
 mod splitmix;
 pub mod swiglu;
+pub mod team;
 pub mod vec_f16;
 pub mod vec_f32;
 mod weight;

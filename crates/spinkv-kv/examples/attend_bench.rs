@@ -1,11 +1,13 @@
-//! Decode-attention timing at several depths, one thread vs the global pool (µs per call, the
-//! best of several batches).
+//! Decode-attention timing at several depths, one thread vs a team of one thread per core (µs
+//! per call, the best of several batches).
 //! `cargo run --release -p spinkv-kv --example attend_bench [preset] [depth]`
 //! With SPINKV_AB=1, one thread alternates `spinkv_kernels::experiment`'s arms between batches
 //! (A B B A ...) and prints each arm's median and best batch: an A/B inside one process.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use spinkv_kernels::team::Team;
 use spinkv_kv::{KvCache, KvConfig, KvShape};
 
 /// Timed batches per measurement; the best is printed.
@@ -24,10 +26,9 @@ fn main() {
         max_tokens: 16384,
         ..KvConfig::preset(&preset).expect("preset")
     };
-    let single = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
+    // Without a team attention runs on the calling thread alone.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let team = Arc::new(Team::new(cores).unwrap());
     let mut seed = 1u32;
     let mut rand = move || {
         seed ^= seed << 13;
@@ -65,11 +66,11 @@ fn main() {
                 .fold(f64::INFINITY, f64::min)
         };
         if std::env::var("SPINKV_AB").is_ok_and(|v| v == "1") {
-            single.install(|| ab(depth, reps, || cache.attend(0, &q, depth - 1, &mut out)));
+            ab(depth, reps, || cache.attend(0, &q, depth - 1, &mut out));
             continue;
         }
-        let one = single.install(|| time(&cache, &mut out));
-        let all = time(&cache, &mut out);
+        let one = time(&cache, &mut out);
+        let all = team.install(|| time(&cache, &mut out));
         let bytes = cache.stats().total.allocated_bytes as f64;
         println!(
             "depth {depth:5}: 1 thread {one:8.1}  pool {all:8.1}  ({:.1} GB/s on pool)",

@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use rayon::prelude::*;
+use spinkv_kernels::team::{current_threads, for_each_mut};
 
 use crate::codec::fp16::Fp16Layout;
 use crate::codec::paged::MAX_RUN_PAGES;
@@ -32,7 +32,7 @@ use crate::table::{LayerTable, PageKind, Segment};
 /// head-dim-64 model is just above it.)
 pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 18;
 
-/// Items per pool thread when splitting prefill: equal-sized items, a multiple of the thread
+/// Items per team thread when splitting prefill: equal-sized items, a multiple of the thread
 /// count, several per thread to even out the causal mask's uneven query ranges and a core that
 /// is busy elsewhere. Decode (one query, split over pages only) takes one item per thread:
 /// every item prepares the query of every head and starts its prefetch cold, and at depth 512
@@ -176,7 +176,7 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     let n_segments = job.table.segment_count();
     let context = job.start + job.n;
     let work = job.n * shape.n_heads * context * d;
-    let threads = rayon::current_num_threads();
+    let threads = current_threads();
     let parallel = threads > 1 && work >= PARALLEL_MIN_WORK;
 
     let items_per_thread = if job.n == 1 { 1 } else { ITEMS_PER_THREAD };
@@ -197,14 +197,23 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     let head_stride = Partial::len(max_qh, d);
     let stride = shape.n_kv_heads * head_stride;
     let mut states = vec![0.0f32; items.len() * stride];
-    let run = |(item, state): (&Item, &mut [f32])| run_item(job, item, state, head_stride);
-    let per_thread: usize = if parallel {
-        let work: Vec<(&Item, &mut [f32])> = items.iter().zip(states.chunks_mut(stride)).collect();
-        outer_first(work).into_par_iter().map(run).max()
+    // Each item with the scratch bytes it used, costliest (latest queries) first.
+    let mut work: Vec<(&Item, &mut [f32], usize)> = items
+        .iter()
+        .zip(states.chunks_mut(stride))
+        .map(|(item, state)| (item, state, 0))
+        .rev()
+        .collect();
+    let run = |(item, state, used): &mut (&Item, &mut [f32], usize)| {
+        *used = run_item(job, item, state, head_stride)
+    };
+    if parallel {
+        for_each_mut(&mut work, run);
     } else {
-        items.iter().zip(states.chunks_mut(stride)).map(run).max()
+        work.iter_mut().for_each(run);
     }
-    .unwrap_or(0);
+    let per_thread = work.iter().map(|w| w.2).max().unwrap_or(0);
+    drop(work);
     // Item scratch is per thread (reused across items and calls), states are per item.
     let mut scratch = per_thread * items.len().min(threads) + 4 * states.len();
 
@@ -249,18 +258,6 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
         i = j;
     }
     scratch
-}
-
-/// `work` in the order first, last, second, second to last, ...: the pool splits a parallel
-/// iterator in halves, and under the causal mask a prefill's later query ranges see more keys,
-/// so in item order one thread would get the cheap first half and the other the costly second.
-fn outer_first<T>(work: Vec<T>) -> Vec<T> {
-    let n = work.len();
-    let mut slots: Vec<Option<T>> = work.into_iter().map(Some).collect();
-    (0..n)
-        .map(|i| if i % 2 == 0 { i / 2 } else { n - 1 - i / 2 })
-        .map(|index| slots[index].take().expect("each index once"))
-        .collect()
 }
 
 /// Splits the work into about `target` items: query ranges first (prefill has plenty), then
@@ -575,20 +572,6 @@ fn softmax_step(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Each half of the order (how the pool splits it) holds as many early as late items, so
-    /// under the causal mask both halves cost about the same.
-    #[test]
-    fn items_run_outermost_first() {
-        assert_eq!(outer_first((0..4).collect()), vec![0, 3, 1, 2]);
-        assert_eq!(outer_first((0..5).collect()), vec![0, 4, 1, 3, 2]);
-        assert_eq!(outer_first((0..8).collect()), vec![0, 7, 1, 6, 2, 5, 3, 4]);
-        assert_eq!(outer_first(vec![7]), vec![7]);
-        assert!(outer_first(Vec::<u8>::new()).is_empty());
-        let order = outer_first((1..=8).collect::<Vec<usize>>());
-        let (left, right) = order.split_at(4);
-        assert_eq!(left.iter().sum::<usize>(), right.iter().sum::<usize>());
-    }
 
     #[test]
     fn plans_cover_every_query_and_page_once() {

@@ -1,4 +1,4 @@
-//! How fast this machine reads memory with the compute pool's threads, and how many bytes of
+//! How fast this machine reads memory with the compute team's threads, and how many bytes of
 //! weights a decode step reads: together they bound decode speed from below, whatever the
 //! kernels do (`spinkv bench` prints both, so a figure can be read against the hardware).
 //!
@@ -8,7 +8,7 @@
 
 use crate::error::ModelError;
 use crate::parallel::run_in_pool;
-use rayon::prelude::*;
+use spinkv_kernels::team::{current_threads, for_each_mut};
 use std::time::Instant;
 
 /// Smallest and largest buffer the probe accepts, in MiB (a few L3 caches' worth at least,
@@ -29,7 +29,7 @@ pub struct ReadBandwidth {
     pub passes: usize,
 }
 
-/// Reads a `mib`-MiB buffer `passes` times with the compute pool's threads.
+/// Reads a `mib`-MiB buffer `passes` times with the compute team's threads.
 pub fn read_bandwidth(mib: usize, passes: usize) -> Result<ReadBandwidth, ModelError> {
     if !PROBE_MIB_RANGE.contains(&mib) {
         return Err(ModelError::Probe(format!(
@@ -51,19 +51,27 @@ pub fn read_bandwidth(mib: usize, passes: usize) -> Result<ReadBandwidth, ModelE
         .try_reserve_exact(words)
         .map_err(|_| ModelError::Probe(format!("cannot allocate {mib} MiB")))?;
     run_in_pool(move || {
-        let threads = rayon::current_num_threads().max(1);
-        // Distinct values, written by the threads that will read them: every page committed.
-        buffer.par_extend((0..words as u64).into_par_iter());
-        let stretch = words.div_ceil(threads);
+        let threads = current_threads();
+        buffer.resize(words, 0);
+        // Stretches of one contiguous run each, several per thread so a late thread costs
+        // little; distinct values so no page stays shared.
+        let stretch = words.div_ceil(threads * 4);
+        let mut stretches: Vec<(usize, &mut [u64])> =
+            buffer.chunks_mut(stretch).enumerate().collect();
+        for_each_mut(&mut stretches, |(i, words)| {
+            for (j, w) in words.iter_mut().enumerate() {
+                *w = (*i * stretch + j) as u64;
+            }
+        });
+        let mut sums: Vec<(&[u64], u64)> = buffer.chunks(stretch).map(|c| (c, 0)).collect();
         let mut seconds = Vec::with_capacity(passes);
         for _ in 0..passes {
             let start = Instant::now();
-            let sum = buffer
-                .par_chunks(stretch)
-                .map(|chunk| chunk.iter().fold(0u64, |a, &b| a.wrapping_add(b)))
-                .reduce(|| 0, u64::wrapping_add);
+            for_each_mut(&mut sums, |(words, sum)| {
+                *sum = words.iter().fold(0u64, |a, &b| a.wrapping_add(b));
+            });
             seconds.push(start.elapsed().as_secs_f64());
-            std::hint::black_box(sum);
+            std::hint::black_box(&sums);
         }
         seconds.sort_by(f64::total_cmp);
         let bytes = (words * 8) as f64;

@@ -1,15 +1,15 @@
-//! The thread pool and the row-parallel linear layers built on it.
+//! The thread team and the row-parallel linear layers built on it.
 //!
-//! A forward pass runs inside `run_in_pool`, so the `par_iter`s below execute on pool threads
-//! without a cross-thread hand-off per matmul. Several matrices that read the same input (Q/K/V,
-//! gate/up) are split into one task list so one fork-join covers all of them.
+//! A forward pass runs on its caller's thread inside `run_in_pool`, with the global
+//! [`Team`](spinkv_kernels::team::Team) current, so the fork-joins below (and the cache's
+//! attention) run on the team's threads and the caller's. Several matrices that read the same
+//! input (Q/K/V, gate/up) are split into one task list so one fork-join covers all of them.
 //!
-//! A wasm32 build without atomics has no threads: there the pool is the calling thread (rayon's
-//! global pool falls back to it, so the cache's `par_iter`s run in place), `set_threads` accepts
-//! only one thread, and the row tasks run in a plain loop (same tasks, same results).
+//! A wasm32 build without atomics has no threads: there no team is current, `set_threads`
+//! accepts only one thread, and the same tasks run in place in a plain loop (same results).
 
-use rayon::prelude::*;
 use spinkv_kernels::q8dot::{matmul_quantized, quantize_tokens, CodeOrder, Q8Activations};
+use spinkv_kernels::team::{current_threads, for_each_mut};
 use spinkv_kernels::Q8_BLOCK;
 use spinkv_kernels::{matmul, matvec, WeightRef};
 use std::ops::Range;
@@ -31,13 +31,13 @@ pub const MAX_THREADS: usize = 256;
 
 #[cfg(not(target_arch = "wasm32"))]
 mod pool {
-    use rayon::{ThreadPool, ThreadPoolBuilder};
+    use spinkv_kernels::team::Team;
     use std::sync::{Arc, RwLock};
 
     use super::MAX_THREADS;
     use crate::error::ModelError;
 
-    static POOL: RwLock<Option<Arc<ThreadPool>>> = RwLock::new(None);
+    static TEAM: RwLock<Option<Arc<Team>>> = RwLock::new(None);
 
     fn default_threads() -> usize {
         std::thread::available_parallelism()
@@ -46,31 +46,28 @@ mod pool {
             .min(MAX_THREADS)
     }
 
-    fn build_pool(n: usize) -> Result<Arc<ThreadPool>, ModelError> {
-        ThreadPoolBuilder::new()
-            .num_threads(n)
-            .thread_name(|i| format!("spinkv-{i}"))
-            .build()
+    fn build_team(n: usize) -> Result<Arc<Team>, ModelError> {
+        Team::new(n)
             .map(Arc::new)
             .map_err(|e| ModelError::Threads(format!("cannot start {n} worker threads: {e}")))
     }
 
-    pub(super) fn pool() -> Result<Arc<ThreadPool>, ModelError> {
-        if let Some(pool) = POOL.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            return Ok(pool.clone());
+    pub(super) fn team() -> Result<Arc<Team>, ModelError> {
+        if let Some(team) = TEAM.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(team.clone());
         }
-        let mut slot = POOL.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(pool) = slot.as_ref() {
-            return Ok(pool.clone());
+        let mut slot = TEAM.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(team) = slot.as_ref() {
+            return Ok(team.clone());
         }
-        // The default pool only fails when the OS refuses threads: one thread may still work.
-        let pool = build_pool(default_threads()).or_else(|_| build_pool(1))?;
-        Ok(slot.insert(pool).clone())
+        // The default team only fails when the OS refuses threads: one thread may still work.
+        let team = build_team(default_threads()).or_else(|_| build_team(1))?;
+        Ok(slot.insert(team).clone())
     }
 
-    /// Sets the size of the global compute pool; `0` means one thread per core (the default,
-    /// at most [`MAX_THREADS`]). Sessions pick up the new pool on their next call. More than
-    /// `MAX_THREADS`, or a pool the OS cannot start, is an error and the old pool stays.
+    /// Sets the size of the global compute team; `0` means one thread per core (the default,
+    /// at most [`MAX_THREADS`]). Sessions pick up the new team on their next call. More than
+    /// `MAX_THREADS`, or a team the OS cannot start, is an error and the old team stays.
     pub fn set_threads(n: usize) -> Result<(), ModelError> {
         if n > MAX_THREADS {
             return Err(ModelError::Threads(format!(
@@ -78,18 +75,19 @@ mod pool {
                 default_threads()
             )));
         }
-        let pool = build_pool(if n == 0 { default_threads() } else { n })?;
-        *POOL.write().unwrap_or_else(|e| e.into_inner()) = Some(pool);
+        let team = build_team(if n == 0 { default_threads() } else { n })?;
+        *TEAM.write().unwrap_or_else(|e| e.into_inner()) = Some(team);
         Ok(())
     }
 
-    /// Threads in the global compute pool (1 if it cannot be started).
+    /// Threads in the global compute team (1 if it cannot be started).
     pub fn threads() -> usize {
-        pool().map_or(1, |p| p.current_num_threads())
+        team().map_or(1, |t| t.threads())
     }
 
-    pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, ModelError> {
-        Ok(pool()?.install(f))
+    /// Runs `f` on the calling thread with the global team current: its fork-joins run there.
+    pub(crate) fn run_in_pool<R>(f: impl FnOnce() -> R) -> Result<R, ModelError> {
+        Ok(team()?.install(f))
     }
 }
 
@@ -111,7 +109,7 @@ mod single {
         1
     }
 
-    pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, ModelError> {
+    pub(crate) fn run_in_pool<R>(f: impl FnOnce() -> R) -> Result<R, ModelError> {
         Ok(f())
     }
 }
@@ -128,7 +126,7 @@ pub(crate) struct LinearJob<'a> {
 /// Rows per task: big enough that fork-join overhead is small next to the weight reads, small
 /// enough that each thread gets several tasks (load balance when one core is busy elsewhere).
 fn rows_per_task(total_rows: usize, granule: usize) -> usize {
-    let tasks_wanted = rayon::current_num_threads() * 4;
+    let tasks_wanted = current_threads() * 4;
     let rows = total_rows.div_ceil(tasks_wanted.max(1)).max(64);
     rows.div_ceil(granule) * granule
 }
@@ -152,8 +150,7 @@ struct Buffers {
     tiles: Vec<f32>,
 }
 
-/// Takes this thread's reusable buffers (empty ones if a fork-join on this thread holds them:
-/// the pool may run another session's work while this one waits).
+/// Takes this thread's reusable buffers (empty ones if a fork-join on this thread holds them).
 fn take_buffers() -> Buffers {
     REUSED.with(|b| b.take())
 }
@@ -162,14 +159,10 @@ fn put_buffers(buffers: Buffers) {
     REUSED.with(|b| b.set(buffers));
 }
 
-/// Frees the buffers every pool thread (and this one) keeps between fork-joins; the next
-/// fork-join allocates them again.
+/// Frees the buffers this thread keeps between fork-joins (a forward pass runs on its
+/// caller's thread, so these are its sessions'); the next fork-join allocates them again.
 pub(crate) fn release_buffers() {
     drop(take_buffers());
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Ok(pool) = pool::pool() {
-        pool.broadcast(|_| drop(take_buffers()));
-    }
 }
 
 /// The input shared by one fork-join (`[n_tokens, k]`), quantized once up front when a Q8_0
@@ -209,20 +202,19 @@ fn quantize_shared(x: &[f32], k: usize, mut q8: Q8Activations) -> Q8Activations 
     let order = CodeOrder::for_isa(spinkv_kernels::active_isa());
     q8.resize(x.len(), order);
     let part = QUANTIZE_TOKENS_PER_TASK * k;
-    let quantize = |((x, codes), scales): ((&[f32], &mut [i16]), &mut [f32])| {
-        quantize_tokens(x, k, order, codes, scales)
-    };
-    if x.len() <= part || cfg!(target_arch = "wasm32") {
-        x.chunks(part)
-            .zip(q8.codes.chunks_mut(part))
-            .zip(q8.scales.chunks_mut(part / Q8_BLOCK))
-            .for_each(quantize);
-    } else {
-        x.par_chunks(part)
-            .zip(q8.codes.par_chunks_mut(part))
-            .zip(q8.scales.par_chunks_mut(part / Q8_BLOCK))
-            .for_each(quantize);
+    if x.len() <= part {
+        quantize_tokens(x, k, order, &mut q8.codes, &mut q8.scales);
+        return q8;
     }
+    let mut parts: Vec<_> = x
+        .chunks(part)
+        .zip(q8.codes.chunks_mut(part))
+        .zip(q8.scales.chunks_mut(part / Q8_BLOCK))
+        .collect();
+    for_each_mut(&mut parts, |((x, codes), scales)| {
+        quantize_tokens(x, k, order, codes, scales)
+    });
+    drop(parts);
     q8
 }
 
@@ -244,15 +236,9 @@ pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
             tasks.push((job.weight, start..start + out.len(), out));
         }
     }
-    if tasks.len() == 1 || cfg!(target_arch = "wasm32") {
-        for (w, rows, out) in tasks {
-            input.apply(w, rows, out);
-        }
-    } else {
-        tasks
-            .into_par_iter()
-            .for_each(|(w, rows, out)| input.apply(w, rows, out));
-    }
+    for_each_mut(&mut tasks, |(w, rows, out)| {
+        input.apply(*w, rows.clone(), out)
+    });
     buffers.q8 = input.q8.unwrap_or_default();
     put_buffers(buffers);
 }
@@ -292,18 +278,13 @@ pub(crate) fn matmul_jobs(x: &[f32], k: usize, jobs: &mut [LinearJob<'_>]) {
         task_tiles.push(tile);
         rest = after;
     }
-    let run = |((j, rows), tile): (&(usize, Range<usize>), &mut &mut [f32])| {
+    let mut work: Vec<_> = tasks.iter().zip(task_tiles.iter_mut()).collect();
+    for_each_mut(&mut work, |((j, rows), tile)| {
         input.apply(weights[*j], rows.clone(), tile)
-    };
-    if cfg!(target_arch = "wasm32") {
-        tasks.iter().zip(task_tiles.iter_mut()).for_each(run);
-    } else {
-        tasks
-            .par_iter()
-            .zip(task_tiles.par_iter_mut())
-            .for_each(run);
-    }
-    // Scattered token by token, the tokens shared between the threads.
+    });
+    drop(work);
+    // Scattered token by token, groups of tokens shared between the threads.
+    let tokens_per_task = n_tokens.div_ceil(current_threads() * 4);
     for (j, job) in jobs.iter_mut().enumerate() {
         let parts: Vec<(Range<usize>, &[f32])> = tasks
             .iter()
@@ -311,19 +292,20 @@ pub(crate) fn matmul_jobs(x: &[f32], k: usize, jobs: &mut [LinearJob<'_>]) {
             .filter(|((task_job, _), _)| *task_job == j)
             .map(|((_, rows), tile)| (rows.clone(), &**tile))
             .collect();
-        let scatter = |(t, out): (usize, &mut [f32])| {
-            for (rows, tile) in &parts {
-                out[rows.clone()].copy_from_slice(&tile[t * rows.len()..(t + 1) * rows.len()]);
+        let mut groups: Vec<_> = job
+            .out
+            .chunks_mut(job.rows * tokens_per_task)
+            .enumerate()
+            .collect();
+        for_each_mut(&mut groups, |(g, outs)| {
+            for (i, out) in outs.chunks_mut(job.rows).enumerate() {
+                let t = *g * tokens_per_task + i;
+                for (rows, tile) in &parts {
+                    let row = &tile[t * rows.len()..(t + 1) * rows.len()];
+                    out[rows.clone()].copy_from_slice(row);
+                }
             }
-        };
-        if cfg!(target_arch = "wasm32") {
-            job.out.chunks_mut(job.rows).enumerate().for_each(scatter);
-        } else {
-            job.out
-                .par_chunks_mut(job.rows)
-                .enumerate()
-                .for_each(scatter);
-        }
+        });
     }
     drop(task_tiles);
     buffers.q8 = input.q8.unwrap_or_default();
