@@ -388,3 +388,34 @@ def test_smollm2_q8_0_weights_answer_like_f16(native: ModuleType, default_model_
     assert q8.info["dtype"] == "q8_0"
     result = q8.generate("What is the capital of France?", max_tokens=24)
     assert result.text.startswith("The capital of France is Paris.")
+
+
+def test_generations_on_several_threads_at_once_match_one_at_a_time(
+    native: ModuleType, default_model_dir: Path
+) -> None:
+    """Forward passes from several Python threads share one thread team and take turns on it:
+    each finishes (joins are bounded) with the tokens it gives alone. Prompts long enough that
+    decode attention is split between the team's threads (past depth 57)."""
+    import threading
+
+    model = spinkv.load(default_model_dir)
+    prompts = [f"Write {n} sentences about the sea, the wind and the ships. " * 6 for n in (2, 3)]
+    kvs = ["turbo", "fp16"]
+    alone = [model.generate(p, max_tokens=16, kv=kv).token_ids for p, kv in zip(prompts, kvs)]
+    together: dict[int, list[int]] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            together[i] = model.generate(prompts[i % 2], max_tokens=16, kv=kvs[i % 2]).token_ids
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+    assert not any(worker.is_alive() for worker in workers), "a generation did not finish"
+    assert errors == []
+    assert all(together[i] == alone[i % 2] for i in range(4))
