@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import spinkv
@@ -60,3 +62,24 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], *fragments: st
     assert lines[0].startswith("error: "), lines[0]
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def run_on_threads(work: Callable[[int], None], n: int, timeout: float = 300) -> None:
+    """work(0) ... work(n - 1), each on its own thread, all at once; raises the first error a
+    thread hit, or AssertionError if one is still running after `timeout` seconds."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the calling thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    assert not any(thread.is_alive() for thread in threads), "a thread did not finish"
+    if errors:
+        raise errors[0]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import spinkv
+from helpers import run_on_threads
 from spinkv.api import ChatSession, LoadedModel
 from spinkv.errors import InvalidInputError
 from spinkv.generation import chunked, common_prefix_length
@@ -396,26 +397,14 @@ def test_generations_on_several_threads_at_once_match_one_at_a_time(
     """Forward passes from several Python threads share one thread team and take turns on it:
     each finishes (joins are bounded) with the tokens it gives alone. Prompts long enough that
     decode attention is split between the team's threads (past depth 57)."""
-    import threading
-
     model = spinkv.load(default_model_dir)
     prompts = [f"Write {n} sentences about the sea, the wind and the ships. " * 6 for n in (2, 3)]
     kvs = ["turbo", "fp16"]
     alone = [model.generate(p, max_tokens=16, kv=kv).token_ids for p, kv in zip(prompts, kvs)]
     together: dict[int, list[int]] = {}
-    errors: list[BaseException] = []
 
     def run(i: int) -> None:
-        try:
-            together[i] = model.generate(prompts[i % 2], max_tokens=16, kv=kvs[i % 2]).token_ids
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
-            errors.append(exc)
+        together[i] = model.generate(prompts[i % 2], max_tokens=16, kv=kvs[i % 2]).token_ids
 
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=300)
-    assert not any(worker.is_alive() for worker in workers), "a generation did not finish"
-    assert errors == []
+    run_on_threads(run, 4)
     assert all(together[i] == alone[i % 2] for i in range(4))

@@ -21,7 +21,7 @@ from types import ModuleType
 import pytest
 import spinkv
 from conftest import write_gguf_from_hf
-from helpers import assert_one_line_error, cli_env, spinkv_cli
+from helpers import assert_one_line_error, cli_env, run_on_threads, spinkv_cli
 from spinkv.api import LoadedModel
 from spinkv.errors import (
     ChatBusyError,
@@ -450,20 +450,8 @@ def test_17_python_api_errors_are_spinkv_errors(tiny: LoadedModel) -> None:
 
 def test_17_a_chat_shared_between_threads_takes_turns(tiny: LoadedModel) -> None:
     chat = tiny.chat(max_tokens=3)
-    errors: list[BaseException] = []
-
-    def ask(i: int) -> None:
-        try:
-            chat.ask(f"thread {i}")
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
-            errors.append(exc)
-
-    workers = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=120)
-    assert errors == [] and chat.stats()["turns"] == 4
+    run_on_threads(lambda i: chat.ask(f"thread {i}"), 4, timeout=120)
+    assert chat.stats()["turns"] == 4
 
 
 def test_17_send_from_a_second_thread_is_refused_clearly(tiny: LoadedModel) -> None:
