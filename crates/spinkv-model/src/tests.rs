@@ -623,8 +623,12 @@ fn session_sampling_is_seeded_and_timed() {
     assert_eq!(run(), run());
 }
 
+/// Held by the tests that set or check the process-wide thread count (tests run in parallel).
+static THREAD_COUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn single_thread_pool_gives_the_same_logits() {
+    let _count = THREAD_COUNT.lock().unwrap_or_else(|e| e.into_inner());
     let (_dir, model) = tiny_model(Store::Bf16, false);
     let tokens = prompt(9);
     let logits = || {
@@ -680,6 +684,7 @@ fn a_layer_count_the_weights_do_not_have_is_refused_before_allocating() {
 
 #[test]
 fn thread_counts_beyond_the_maximum_are_errors_and_keep_the_pool() {
+    let _count = THREAD_COUNT.lock().unwrap_or_else(|e| e.into_inner());
     let before = threads();
     for n in [MAX_THREADS + 1, 1000, 99_999_999_999] {
         let err = set_threads(n).unwrap_err();
