@@ -10,6 +10,9 @@
 //! each prefill continues an untimed one of the prompt's first N tokens, as `spinkv bench`'s
 //! prefill at a depth does); SPINKV_KV_B=PRESET
 //! decodes with two caches (SPINKV_KV's and this one) in alternating turns in one process.
+//! SPINKV_PROMPT_TOKENS=FILE takes the prompt from a file of whitespace-separated token ids
+//! (real text, tokenized beforehand) instead of pseudo-text: attention weights depend on the
+//! text, and so does what a change that reads them (skipping, splitting) measures.
 
 use spinkv_kernels::experiment::abba_arm;
 use spinkv_model::{set_threads, threads, KvConfig, Model, Session};
@@ -61,10 +64,19 @@ fn main() {
         spinkv_kernels::active_isa(),
         threads()
     );
-    // Deterministic pseudo-text: spread over the vocabulary, avoiding the special ids.
-    let prompt: Vec<u32> = (0..depth as u32)
-        .map(|i| 100 + (i * 7919) % (vocab - 100))
-        .collect();
+    let prompt = match std::env::var("SPINKV_PROMPT_TOKENS") {
+        Ok(path) => match text_tokens(&path, depth, vocab) {
+            Ok(tokens) => tokens,
+            Err(e) => {
+                eprintln!("error: SPINKV_PROMPT_TOKENS {path}: {e}");
+                std::process::exit(2);
+            }
+        },
+        // Deterministic pseudo-text: spread over the vocabulary, avoiding the special ids.
+        Err(_) => (0..depth as u32)
+            .map(|i| 100 + (i * 7919) % (vocab - 100))
+            .collect(),
+    };
     let profile = std::env::var("SPINKV_PROFILE").is_ok_and(|v| v == "1");
     if std::env::var("SPINKV_AB").is_ok_and(|v| v == "prefill") {
         return prefill_ab(&model, &kv, &prompt, runs);
@@ -249,4 +261,21 @@ fn argmax(logits: &[f32]) -> u32 {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The first `depth` token ids of a whitespace-separated file, each below `vocab`.
+fn text_tokens(path: &str, depth: usize, vocab: u32) -> Result<Vec<u32>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let tokens = text
+        .split_whitespace()
+        .take(depth)
+        .map(|t| match t.parse::<u32>() {
+            Ok(id) if id < vocab => Ok(id),
+            _ => Err(format!("{t:?} is not a token id below {vocab}")),
+        })
+        .collect::<Result<Vec<u32>, String>>()?;
+    if tokens.len() < depth {
+        return Err(format!("{} tokens, {depth} wanted", tokens.len()));
+    }
+    Ok(tokens)
 }
