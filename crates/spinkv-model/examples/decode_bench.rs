@@ -5,7 +5,8 @@
 //! SPINKV_PROFILE=1 for the KV phases' thread-ms per token (a clock read per page phase: the
 //! decode rate of a profiled run is lower than an unprofiled one's), SPINKV_AB=1 to alternate
 //! `spinkv_kernels::experiment`'s two arms every 32 decode steps (A B B A A B B A ...) and print
-//! each arm's time per token (an A/B of a change inside one process: see that module);
+//! each arm's time per token, and its attention and matmul ms (an A/B of a change inside one
+//! process: see that module);
 //! SPINKV_AB=prefill alternates the arms between `runs` prefills instead (SPINKV_AB_AFTER=N:
 //! each prefill continues an untimed one of the prompt's first N tokens, as `spinkv bench`'s
 //! prefill at a depth does); SPINKV_KV_B=PRESET
@@ -109,19 +110,25 @@ fn main() {
         session.reset_timings();
         session.set_kv_profiling(profile);
         let started = Instant::now();
-        // Seconds and steps of arms A and B (all in A without SPINKV_AB).
+        // Seconds and steps of arms A and B (all in A without SPINKV_AB), and their attention
+        // and matmul nanoseconds.
         let mut arms = [(0.0f64, 0usize); 2];
+        let mut phases = [(0u64, 0u64); 2];
         for step in 0..steps {
             // The uncounted first turn is turn 1 of the order: B, then A A B B ...
             let arm = if ab { abba_arm(step / AB_STEPS + 1) } else { 0 };
             spinkv_kernels::experiment::set_arm_b(arm == 1);
             let step_started = Instant::now();
+            let before = session.timings().clone();
             let next = argmax(session.last_logits());
             session.decode(next).expect("decode");
             // The first turn after the prefill (cold caches, waking threads) counts for neither.
             if step >= AB_STEPS {
                 arms[arm].0 += step_started.elapsed().as_secs_f64();
                 arms[arm].1 += 1;
+                let after = session.timings();
+                phases[arm].0 += after.attention_ns - before.attention_ns;
+                phases[arm].1 += after.matmul_ns - before.matmul_ns;
             }
         }
         spinkv_kernels::experiment::set_arm_b(false);
@@ -135,6 +142,15 @@ fn main() {
                 arms[1].1,
                 b / a
             );
+            let split = |arm: usize| {
+                let per = |ns: u64| ns as f64 / 1e6 / arms[arm].1.max(1) as f64;
+                format!(
+                    "attention {:.2}, matmul {:.2}",
+                    per(phases[arm].0),
+                    per(phases[arm].1)
+                )
+            };
+            println!("  A/B ms per token: A {}; B {}", split(0), split(1));
         }
         let t = session.timings();
         let ms = |ns: u64| ns as f64 / 1e6;
