@@ -169,6 +169,60 @@ def test_restore_returns_to_the_fill_exactly(
     assert first.generated == second.generated and len(first.generated) == 60
 
 
+class _LoggedEngine:
+    """An engine without timers or cache statistics (as llama.cpp's) that logs its name at
+    every decode into a shared list: the order in which engines ran."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self._log = name, log
+
+    def new_context(self, kv: Any) -> None: ...
+
+    def prefill(self, tokens: list[int]) -> None: ...
+
+    def greedy_next(self) -> int:
+        return 7
+
+    def decode(self, token: int) -> None:
+        if not self._log or self._log[-1] != self.name:
+            self._log.append(self.name)
+
+    def mark(self) -> None: ...
+
+    def restore(self) -> None: ...
+
+    def timings(self) -> None:
+        return None
+
+    def reset_timings(self) -> None: ...
+
+    def cache_stats(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("n_arms", [1, 2])
+def test_llama_cpp_takes_turns_with_ours(n_arms: int) -> None:
+    """Interleaved engines: after each of our repetitions, one of the twin on every
+    companion; a companion's row pools its repetitions over our arms."""
+    from spinkv.util.progress import Steps
+
+    log: list[str] = []
+    ours, theirs = _LoggedEngine("ours", log), _LoggedEngine("theirs", log)
+    arms = [KvArm(p, {"preset": p}) for p in ("fp16", "turbo")[:n_arms]]
+    cases = [bm.Case("any", arm, 16, 0, 4) for arm in arms]
+    twin = bm.Case("llama", KvArm("f16", {}), 16, 0, 4)
+    tokens, reps = list(range(3, 40)), 3
+    companions = bm.Companions([(theirs, {16: [twin]})], tokens, 1, Steps())
+    companions.fill(16)
+    rows = list(bm.run_cases(ours, cases, reps, tokens, 1, Steps(), after_rep=companions.after))
+    rows += list(companions.rows())
+    # The companion's warm-up, then ours (warm-up and first repetition), then turns.
+    assert log == ["theirs"] + ["ours", "theirs"] * reps * n_arms
+    assert [(r["engine"], r["reps"]) for r in rows] == [("ours", reps)] * n_arms + [
+        ("theirs", reps * n_arms)
+    ]
+
+
 def test_isa_list_gives_rows_per_isa(
     tiny: str, native: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:

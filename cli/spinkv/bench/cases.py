@@ -22,7 +22,7 @@ import itertools
 import math
 import statistics
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -128,8 +128,9 @@ class BenchSettings:
             raise InvalidInputError("nothing to time: -p and -n are both 0")
 
     def cases(self) -> list[Case]:
-        """Every combination, in run order: depth outermost (so a side-by-side engine can run
-        each depth right after ours), then ISA, KV, p, n. p = n = 0 is dropped."""
+        """Every combination, in run order: depth outermost (a side-by-side engine fills its
+        context once per depth and takes turns with ours: Companions), then ISA, KV, p, n.
+        p = n = 0 is dropped."""
         return [
             Case(isa, arm, d, p, n)
             for d, isa, arm, p, n in itertools.product(
@@ -402,17 +403,18 @@ def run_cases(
     progress: Steps,
     *,
     select_isa: Any = None,
+    after_rep: Callable[[Case], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield one row per case. Consecutive cases with the same (ISA, KV arm, depth) share one
     fill. select_isa(name) is called when the ISA changes; then an untimed short run warms
-    caches, page tables and thread pools."""
+    caches, page tables and thread pools. after_rep(case), if given, runs after each
+    repetition (another engine's turn: see Companions)."""
     current: str | None = None
     for (isa, arm, depth), group in itertools.groupby(cases, lambda c: (c.isa, c.arm, c.depth)):
         if isa != current:
             if select_isa is not None:
                 select_isa(isa)
-            fill_context(engine, arm, ())
-            measure_rep(engine, Case(isa, arm, 0, WARMUP_PROMPT, WARMUP_GEN), tokens, bos)
+            warm_up(engine, isa, arm, tokens, bos)
             current = isa
         fill_s = fill_context(engine, arm, tokens[:depth])
         for case in group:
@@ -420,12 +422,79 @@ def run_cases(
             for _ in range(reps):
                 samples.append(measure_rep(engine, case, tokens, bos))
                 progress.advance()
-            row = case_row(engine.name, case, samples)
-            row.update(profile_kv_phases(engine, case, depth > 0, bos))
-            fill = depth / fill_s if depth and fill_s > 0 else None
-            row["fill_tok_s"] = row["fill_tok_s_median"] = fill
-            row["fill_tok_s_std"] = None
-            yield row
+                if after_rep is not None:
+                    after_rep(case)
+            yield filled_row(engine, case, samples, fill_s, bos)
+
+
+def warm_up(engine: Engine, isa: str, arm: KvArm, tokens: Sequence[int], bos: int | None) -> None:
+    """An untimed short run on an empty context: caches, page tables and thread pools."""
+    fill_context(engine, arm, ())
+    measure_rep(engine, Case(isa, arm, 0, WARMUP_PROMPT, WARMUP_GEN), tokens, bos)
+
+
+def filled_row(
+    engine: Engine, case: Case, samples: Sequence[RepSample], fill_s: float, bos: int | None
+) -> dict[str, Any]:
+    """case_row with the KV phases of a profiled pass and the fill rate (tok/s) of the
+    context the samples were measured on."""
+    row = case_row(engine.name, case, samples)
+    row.update(profile_kv_phases(engine, case, case.depth > 0, bos))
+    fill = case.depth / fill_s if case.depth and fill_s > 0 else None
+    row["fill_tok_s"] = row["fill_tok_s_median"] = fill
+    row["fill_tok_s_std"] = None
+    return row
+
+
+class Companions:
+    """Engines measured beside ours (llama.cpp's configurations), one repetition of a case's
+    twin (same depth, prompt and generation) after each of our repetitions, so the engines
+    take turns — ours, theirs, ours, theirs — and a noisy neighbour weighs on both alike.
+    Each companion keeps its own context at the current depth: filled once per depth, it
+    serves our every KV arm and ISA, so a companion's row pools that many more samples."""
+
+    def __init__(
+        self,
+        lanes: Sequence[tuple[Engine, Mapping[int, Sequence[Case]]]],
+        tokens: Sequence[int],
+        bos: int | None,
+        progress: Steps,
+    ) -> None:
+        self._lanes = lanes
+        self._tokens, self._bos, self._progress = tokens, bos, progress
+        self._fills: list[float] = []
+        self._twins: list[dict[tuple[int, int], Case]] = []
+        self._samples: list[dict[tuple[int, int], list[RepSample]]] = []
+
+    def fill(self, depth: int) -> None:
+        """Warm up each companion and fill its context to depth; forget earlier samples."""
+        self._fills, self._twins, self._samples = [], [], []
+        for engine, by_depth in self._lanes:
+            twins = {(c.n_prompt, c.n_gen): c for c in by_depth.get(depth, ())}
+            fill_s = 0.0
+            if twins:
+                first = next(iter(twins.values()))
+                warm_up(engine, first.isa, first.arm, self._tokens, self._bos)
+                fill_s = fill_context(engine, first.arm, self._tokens[:depth])
+            self._fills.append(fill_s)
+            self._twins.append(twins)
+            self._samples.append({})
+
+    def after(self, case: Case) -> None:
+        """One repetition of case's twin on every companion that has one."""
+        for (engine, _), twins, samples in zip(self._lanes, self._twins, self._samples):
+            key = (case.n_prompt, case.n_gen)
+            if key in twins:
+                rep = measure_rep(engine, twins[key], self._tokens, self._bos)
+                samples.setdefault(key, []).append(rep)
+                self._progress.advance()
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """One row per twin measured since the last fill."""
+        lanes = zip(self._lanes, self._twins, self._samples, self._fills)
+        for (engine, _), twins, samples, fill_s in lanes:
+            for key, reps in samples.items():
+                yield filled_row(engine, twins[key], reps, fill_s, self._bos)
 
 
 ANCHOR_KV = "f16"

@@ -83,9 +83,9 @@ def run_benchmark(
     on_row: Callable[[Mapping[str, Any], Mapping[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run every case (and llama.cpp's twins in each configuration of llama_kv's cache
-    types, each depth right after ours) and return the record: system header, settings,
-    rows, ratios, notes. on_row(row, system) is called as each row completes (to stream
-    results of long runs)."""
+    types, one repetition of each after each of ours: `bm.Companions`) and return the
+    record: system header, settings, rows, ratios, notes. on_row(row, system) is called as
+    each row completes (to stream results of long runs)."""
     from spinkv import _native
     from spinkv.bench.report import memory_bound, system_info
 
@@ -114,7 +114,8 @@ def run_benchmark(
                 notes.append(f"llama.cpp {config.label}: not run ({exc})")
                 continue
             llamas.append((llama, _llama_cases(cases, config.label)))
-    n_runs = len(cases) + sum(len(g) for _, by_depth in llamas for g in by_depth.values())
+    # Each of our repetitions is followed by one of its twin in every llama.cpp configuration.
+    n_runs = len(cases) * (1 + len(llamas))
     tokens = bm.text_tokens(
         loaded.tokenizer.encode,
         max(case.max_tokens for case in cases),
@@ -123,15 +124,17 @@ def run_benchmark(
     bos = loaded.tokenizer.bos_token_id
     rows: list[dict[str, Any]] = []
     common = (settings.reps, tokens, bos, progress)
+    companions = bm.Companions(llamas, tokens, bos, progress)
     progress.start("bench", n_runs * settings.reps)
     try:
         with keep_isa():
             for depth in settings.depths:
                 ours = [case for case in cases if case.depth == depth]
-                runs = [bm.run_cases(engine, ours, *common, select_isa=_native.set_isa)]
-                for llama, by_depth in llamas:
-                    runs.append(bm.run_cases(llama, by_depth.get(depth, []), *common))
-                for row in itertools.chain(*runs):
+                companions.fill(depth)
+                runs = bm.run_cases(
+                    engine, ours, *common, select_isa=_native.set_isa, after_rep=companions.after
+                )
+                for row in itertools.chain(runs, companions.rows()):
                     rows.append(row)
                     if on_row is not None:
                         on_row(row, system)
