@@ -2,14 +2,14 @@
 //!
 //! cargo run --release -p spinkv-model --example decode_bench -- MODEL_DIR [depth=512] [steps=64] [runs=3] [threads=0]
 //! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=fp16|turbo|... for the cache,
-//! SPINKV_PROFILE=1 for the KV phases' thread-ms per token (a clock read per page phase: the
-//! decode rate of a profiled run is lower than an unprofiled one's), SPINKV_AB=1 to alternate
+//! SPINKV_PROFILE=1 for the KV phases' thread-ms, of the prefill and per decode token (a clock
+//! read per page phase: a profiled run is slower than an unprofiled one), SPINKV_AB=1 to alternate
 //! `spinkv_kernels::experiment`'s two arms every 32 decode steps (A B B A A B B A ...) and print
 //! each arm's time per token, and its attention and matmul ms (an A/B of a change inside one
 //! process: see that module);
-//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead (SPINKV_AB_AFTER=N:
-//! each prefill continues an untimed one of the prompt's first N tokens, as `spinkv bench`'s
-//! prefill at a depth does); SPINKV_KV_B=PRESET
+//! SPINKV_PREFILL_AFTER=N times the prefill of the prompt's tokens after the first N, which an
+//! untimed prefill writes first (as `spinkv bench`'s prefill at a depth does);
+//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead; SPINKV_KV_B=PRESET
 //! decodes with two caches (SPINKV_KV's and this one) in alternating turns in one process.
 //! SPINKV_PROMPT_TOKENS=FILE takes the prompt from a file of whitespace-separated token ids
 //! (real text, tokenized beforehand) instead of pseudo-text: attention weights depend on the
@@ -93,12 +93,18 @@ fn main() {
         return caches_ab(&model, [&kv, &kv_b], &prompt, steps);
     }
     let ab = std::env::var("SPINKV_AB").is_ok_and(|v| v == "1");
+    let (prefix, timed) = prompt.split_at(prefill_after(prompt.len()));
     let mut decode_rates = Vec::new();
     let mut prefill_rates = Vec::new();
     for run in 0..runs {
         let mut session = Session::new(model.clone(), kv.clone()).expect("session");
+        if !prefix.is_empty() {
+            session.prefill(prefix, false).expect("prefill");
+            session.reset_timings();
+        }
+        session.set_kv_profiling(profile);
         let started = Instant::now();
-        session.prefill(&prompt, false).expect("prefill");
+        session.prefill(timed, false).expect("prefill");
         let prefill_s = started.elapsed().as_secs_f64();
         let p = session.timings().clone();
         println!(
@@ -107,6 +113,9 @@ fn main() {
             p.matmul_ns as f64 / 1e6,
             p.other_ns as f64 / 1e6
         );
+        if let Some(phases) = session.kv_phase_times() {
+            println!("  prefill kv thread-ms: {}", phase_list(&phases, 1));
+        }
         session.reset_timings();
         session.set_kv_profiling(profile);
         let started = Instant::now();
@@ -155,27 +164,19 @@ fn main() {
         let t = session.timings();
         let ms = |ns: u64| ns as f64 / 1e6;
         println!(
-            "run {run}: prefill {depth} tok {:.1} tok/s | decode {steps} tok at depth {depth}: {:.1} tok/s \
+            "run {run}: prefill {} tok {:.1} tok/s | decode {steps} tok at depth {depth}: {:.1} tok/s \
              (per token: attention {:.2} ms, matmul {:.2} ms, other {:.2} ms)",
-            depth as f64 / prefill_s,
+            timed.len(),
+            timed.len() as f64 / prefill_s,
             steps as f64 / decode_s,
             ms(t.attention_ns) / steps as f64,
             ms(t.matmul_ns) / steps as f64,
             ms(t.other_ns) / steps as f64,
         );
         if let Some(phases) = session.kv_phase_times() {
-            let per_token: Vec<String> = phases
-                .as_pairs()
-                .iter()
-                .filter(|(_, ns)| *ns > 0)
-                .map(|(name, ns)| {
-                    let name = name.trim_end_matches("_ns");
-                    format!("{name} {:.2}", *ns as f64 / 1e6 / steps as f64)
-                })
-                .collect();
-            println!("  kv thread-ms per token: {}", per_token.join(", "));
+            println!("  kv thread-ms per token: {}", phase_list(&phases, steps));
         }
-        prefill_rates.push(depth as f64 / prefill_s);
+        prefill_rates.push(timed.len() as f64 / prefill_s);
         decode_rates.push(steps as f64 / decode_s);
     }
     println!(
@@ -189,12 +190,7 @@ fn main() {
 /// B A A B B A ... (turn 2 on; the first run warms up and counts for neither); prints each
 /// arm's rate.
 fn prefill_ab(model: &std::sync::Arc<Model>, kv: &KvConfig, prompt: &[u32], runs: usize) {
-    let after: usize = std::env::var("SPINKV_AB_AFTER")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-        .min(prompt.len());
-    let (prefix, timed) = prompt.split_at(after);
+    let (prefix, timed) = prompt.split_at(prefill_after(prompt.len()));
     let mut arms = [(0.0f64, 0usize); 2];
     for run in 0..=runs {
         let arm = abba_arm(run + 2);
@@ -294,4 +290,27 @@ fn text_tokens(path: &str, depth: usize, vocab: u32) -> Result<Vec<u32>, String>
         return Err(format!("{} tokens, {depth} wanted", tokens.len()));
     }
     Ok(tokens)
+}
+
+/// The KV phases that took any time, each as thread-ms per `per` (steps, or 1 for a total).
+fn phase_list(phases: &spinkv_kv::PhaseTimes, per: usize) -> String {
+    let listed: Vec<String> = phases
+        .as_pairs()
+        .iter()
+        .filter(|(_, ns)| *ns > 0)
+        .map(|(name, ns)| {
+            let name = name.trim_end_matches("_ns");
+            format!("{name} {:.2}", *ns as f64 / 1e6 / per.max(1) as f64)
+        })
+        .collect();
+    listed.join(", ")
+}
+
+/// Untimed prompt tokens before a timed prefill (SPINKV_PREFILL_AFTER, at most `len`).
+fn prefill_after(len: usize) -> usize {
+    std::env::var("SPINKV_PREFILL_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+        .min(len)
 }

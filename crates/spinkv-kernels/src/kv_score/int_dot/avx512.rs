@@ -28,9 +28,14 @@
 //! the span's first code (a 256-bit load: 64-byte ones measured ~12 % slower there). Needs
 //! AVX-512 VBMI and VNNI on top of F/BW/VL (checked at run time); without them the AVX2 kernel
 //! runs.
+//!
+//! From [`heads::MIN_HEADS`] query heads on (a prefill item scores 64 queries × the group
+//! against every row), the run is laid out once as biased levels and each `vpdpbusd` yields 16
+//! rows' partial sums of one head, with no reduction (`heads`). Same integer sums, same bits.
 
 use super::{IntQueries, IntRows};
 
+mod heads;
 mod paired;
 
 /// # Safety
@@ -43,7 +48,10 @@ pub unsafe fn score_codes_int(
     scores: &mut [f32],
     stride: usize,
 ) {
-    if paired::cpu_has_vbmi_vnni() {
+    if queries.n_qh >= heads::MIN_HEADS && is_x86_feature_detected!("avx512vnni") {
+        // SAFETY: VNNI detected just now; shapes checked by the caller.
+        unsafe { heads::score(r, queries, scores, stride) }
+    } else if paired::cpu_has_vbmi_vnni() {
         // SAFETY: VBMI and VNNI detected just now; shapes checked by the caller.
         unsafe { paired::score(r, queries, scores, stride) }
     } else {
