@@ -216,6 +216,28 @@ pub(crate) fn epilogue(factor: f32, sum: i32, scale: f32) -> f32 {
     (factor * sum as f32) * scale
 }
 
+/// A row's `layout.d` codes as levels in the query's padded layout: channel `c < n_hi` at `c`
+/// from `hi`, the others from the second group's padded start on from `lo`; padding is left as
+/// it is.
+#[inline(always)]
+pub(crate) fn place_levels<T: Copy>(
+    layout: &CodeLayout,
+    codes: &[u8],
+    hi: &[T; 16],
+    lo: &[T; 16],
+    row: &mut [T],
+) {
+    let (d, n_hi) = (layout.d, layout.n_hi);
+    let [pad_hi, _] = padded(layout);
+    let (hi_codes, lo_codes) = codes[..d].split_at(n_hi);
+    for (level, &code) in row[..n_hi].iter_mut().zip(hi_codes) {
+        *level = hi[code as usize & 15];
+    }
+    for (level, &code) in row[pad_hi..pad_hi + d - n_hi].iter_mut().zip(lo_codes) {
+        *level = lo[code as usize & 15];
+    }
+}
+
 /// The row loop of the scalar and 4-lane versions: `unpack(row_bytes, codes)` gives a row's
 /// codes, the tables its levels in the query's padded layout, then one int32 dot product per
 /// query head.
@@ -228,11 +250,10 @@ pub(crate) fn score_unpacked_rows(
     unpack: impl Fn(&[u8], &mut [u8]),
 ) {
     let layout = r.layout;
-    let (d, n_hi) = (layout.d, layout.n_hi);
-    let [pad_hi, _] = padded(layout);
     let len = query_len(layout);
+    let (hi, lo) = (r.levels.hi.map(i16::from), r.levels.lo.map(i16::from));
     let mut codes = [0u8; MAX_INT_DIM];
-    let codes = &mut codes[..d];
+    let codes = &mut codes[..layout.d];
     // The row's levels in the query's padded layout (padding stays zero).
     let mut row = [0i16; MAX_INT_DIM + 2 * GROUP];
     let row = &mut row[..len];
@@ -241,13 +262,7 @@ pub(crate) fn score_unpacked_rows(
             crate::prefetch::pump_rows(16);
         }
         unpack(r.row(j), codes);
-        let (hi_codes, lo_codes) = codes.split_at(n_hi);
-        for (level, &code) in row[..n_hi].iter_mut().zip(hi_codes) {
-            *level = r.levels.hi[code as usize & 15] as i16;
-        }
-        for (level, &code) in row[pad_hi..pad_hi + d - n_hi].iter_mut().zip(lo_codes) {
-            *level = r.levels.lo[code as usize & 15] as i16;
-        }
+        place_levels(layout, codes, &hi, &lo, row);
         for h in 0..queries.n_qh {
             let q = queries.head(h, len);
             let sum: i32 = q

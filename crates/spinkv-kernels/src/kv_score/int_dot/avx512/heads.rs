@@ -12,7 +12,7 @@
 //! Eight heads share each load. The bias comes off as `128 · Σ q` per head; the sums are exact
 //! integers, so the scores are the scalar reference's bits.
 
-use super::super::{padded, query_len, IntQueries, IntRows, MAX_INT_DIM};
+use super::super::{place_levels, query_len, IntQueries, IntRows, MAX_INT_DIM};
 use crate::codes::CodeLayout;
 use crate::simd::avx512::tail_mask;
 use std::arch::x86_64::*;
@@ -151,7 +151,6 @@ unsafe fn score_with(
 fn lay_out(r: IntRows<'_>, tile: &mut [u8]) {
     let layout: &CodeLayout = r.layout;
     let (d, n_hi) = (layout.d, layout.n_hi);
-    let [pad_hi, _] = padded(layout);
     let len = query_len(layout);
     let quads = len / 4;
     let biased = |table: &[i8; 16]| table.map(|v| (v as i16 + BIAS as i16) as u8);
@@ -199,13 +198,7 @@ fn lay_out(r: IntRows<'_>, tile: &mut [u8]) {
         } else if j < n {
             // SAFETY: this function runs with AVX-512 F/BW/VL; the row holds layout.bytes().
             unsafe { decoder.unpack(r.row(j), 0, codes) };
-            let (hi_codes, lo_codes) = codes.split_at(n_hi);
-            for (level, &code) in row[..n_hi].iter_mut().zip(hi_codes) {
-                *level = hi[code as usize & 15];
-            }
-            for (level, &code) in row[pad_hi..pad_hi + d - n_hi].iter_mut().zip(lo_codes) {
-                *level = lo[code as usize & 15];
-            }
+            place_levels(layout, codes, &hi, &lo, row);
         } else {
             row.fill(BIAS);
         }
