@@ -427,7 +427,7 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             })?;
             // The same rows as a run of separately stored pages (ragged against the AVX2
             // kernel's 8-row blocks): the same bits as the one block.
-            for page_rows in [5usize, 8] {
+            for page_rows in [5usize, 8, 16, 32] {
                 let copies: Vec<Vec<u8>> = packed
                     .chunks(page_rows * layout.bytes())
                     .map(<[u8]>::to_vec)

@@ -24,7 +24,7 @@ const QUAD_ROW_BYTES: usize = 32;
 /// Query heads per pass over the rows (their sums stay in registers).
 const HEADS: usize = 4;
 /// Added to an int8 level to make it an unsigned byte (zero-extended, no sign fix-up).
-const BIAS: i32 = 128;
+pub(super) const BIAS: i32 = 128;
 
 /// Whether this CPU has the byte permutes and multishift (VBMI) and `vpdpbusd` (VNNI).
 pub(super) fn cpu_has_vbmi_vnni() -> bool {
@@ -68,7 +68,7 @@ thread_local! {
 
 /// The bit where padded query coordinate `p`'s code starts, and its channel group; `None`
 /// for padding.
-fn code_bit(layout: &CodeLayout, pad_hi: usize, p: usize) -> Option<(usize, usize)> {
+pub(super) fn code_bit(layout: &CodeLayout, pad_hi: usize, p: usize) -> Option<(usize, usize)> {
     let (hi, lo) = (layout.hi as usize, layout.lo as usize);
     if p < pad_hi {
         (p < layout.n_hi).then_some((p * hi, 0))
@@ -79,7 +79,7 @@ fn code_bit(layout: &CodeLayout, pad_hi: usize, p: usize) -> Option<(usize, usiz
 }
 
 /// The first `n` bytes of a register (all 64 from `n = 64` on).
-fn mask_of(n: usize) -> u64 {
+pub(super) fn mask_of(n: usize) -> u64 {
     if n >= 64 {
         u64::MAX
     } else {
@@ -175,7 +175,7 @@ static IOTA: [u8; 64] = {
 /// so the lookup may ignore the bits above the code.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-fn table(levels: &[i8; 16], width: u32) -> __m512i {
+pub(super) fn table(levels: &[i8; 16], width: u32) -> __m512i {
     // SAFETY: a 16-byte array and a 64-byte static.
     let (levels, iota) = unsafe {
         (
@@ -208,7 +208,7 @@ fn fold64(x: __m512i, y: __m512i) -> __m512i {
 /// quarter `k`), in row order: 9 instructions per 16 rows.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-fn reduce_quads(acc: &[__m512i; PAIRS]) -> __m512i {
+pub(super) fn reduce_quads(acc: &[__m512i]) -> __m512i {
     fold64(fold32(acc[0], acc[1]), fold32(acc[2], acc[3]))
 }
 

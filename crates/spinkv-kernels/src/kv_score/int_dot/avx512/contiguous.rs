@@ -1,0 +1,265 @@
+//! The AVX-512 scan of four consecutive rows per register pair, for rows of 64 padded codes
+//! whose two 32-code halves are each of one channel group: head dim 64 at 3.5, 4 or 3 bits
+//! (the turbo presets' keys on a 64-dim model), in pages of a multiple of 16 rows.
+//!
+//! A page stores its rows back to back, so a quad of four rows (at most 128 bytes) is two
+//! loads, with no per-row insert. One `vpermt2b` per half gathers, for every row and each run
+//! of 16 codes, the 8 bytes those codes sit in into one 64-bit lane (a row's two runs in its
+//! 128-bit quarter); two `vpmultishiftqb` then cut the lane's codes 0–7 and 8–15 into bytes of
+//! their own, and one unmasked `vpermb` each looks them up in the half's group table. So a
+//! quad costs 2 loads, 2 gathers, 4 cuts, 4 lookups and, per query head, 4 `vpdpbusd` — where
+//! the paired scan spends 4 loads, 2 inserts, 4 gathers, 4 cuts and 4 masked lookups. The
+//! lanes' query coordinates follow the codes' order (dealt once per call), the padding meets
+//! zero coordinates whatever level it looks up, and the integer sums are the scalar
+//! reference's, so the bits are too. The tables, cut controls and dealt queries stay in
+//! registers for the whole run.
+
+use super::paired::{code_bit, mask_of, reduce_quads, table, BIAS};
+use crate::codes::CodeLayout;
+use crate::kv_score::int_dot::{padded, query_len, IntQueries, IntRows};
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// Rows per quad (one per 128-bit quarter).
+const QUAD: usize = 4;
+/// Rows per block: four quads, one vector of 16 scores per head.
+const BLOCK: usize = 16;
+/// Padded codes of a row: two halves of 32.
+const CODES: usize = 64;
+/// Codes of a 64-bit lane after its gather; a cut takes 8 of them.
+const RUN: usize = 16;
+/// Query heads per pass over the rows (their sums and dealt queries stay in registers).
+const HEADS: usize = 4;
+
+/// The layout's controls: per half, the gather and the two cuts' shifts.
+struct Plan {
+    layout: CodeLayout,
+    gather: [__m512i; 2],
+    shift: [[__m512i; 2]; 2],
+    /// The channel group of each half.
+    group: [usize; 2],
+}
+
+thread_local! {
+    /// The last layout asked about, and its plan if it has one.
+    static PLAN: RefCell<Option<(CodeLayout, Option<Plan>)>> = const { RefCell::new(None) };
+}
+
+impl Plan {
+    /// `None` unless `layout` is one this scan takes (see the module doc).
+    fn new(layout: &CodeLayout) -> Option<Self> {
+        let bytes = layout.bytes();
+        if bytes == 0 || QUAD * bytes > 128 || query_len(layout) != CODES {
+            return None;
+        }
+        let [pad_hi, _] = padded(layout);
+        let width = |g: usize| (if g == 0 { layout.hi } else { layout.lo }) as usize;
+        let (mut gather, mut shift) = ([[0u8; 64]; 2], [[[0u8; 64]; 2]; 2]);
+        let mut group = [0usize; 2];
+        for half in 0..2 {
+            let codes: Vec<Option<(usize, usize)>> = (0..CODES / 2)
+                .map(|i| code_bit(layout, pad_hi, half * CODES / 2 + i))
+                .collect();
+            let mut groups = codes.iter().flatten().map(|&(_, g)| g);
+            let g = groups.next().unwrap_or(0);
+            if groups.any(|other| other != g) {
+                return None;
+            }
+            group[half] = g;
+            for (run, codes) in codes.chunks(RUN).enumerate() {
+                let start = codes.iter().flatten().next().map_or(0, |&(bit, _)| bit / 8);
+                // Every code of the run inside the 8 bytes gathered from its first one's byte.
+                if codes
+                    .iter()
+                    .flatten()
+                    .any(|&(bit, g)| bit + width(g) > 8 * (start + 8))
+                {
+                    return None;
+                }
+                for row in 0..QUAD {
+                    let lane = 8 * (2 * row + run);
+                    for i in 0..8 {
+                        gather[half][lane + i] = (row * bytes + start + i).min(127) as u8;
+                    }
+                    for (cut, shift) in shift[half].iter_mut().enumerate() {
+                        for i in 0..8 {
+                            if let Some((bit, _)) = codes[8 * cut + i] {
+                                shift[lane + i] = (bit - 8 * start) as u8;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let load = |b: &[u8; 64]| {
+            // SAFETY: a 64-byte array; AVX-512 F is present (the caller's dispatch).
+            unsafe { _mm512_loadu_si512(b.as_ptr() as *const __m512i) }
+        };
+        Some(Plan {
+            layout: *layout,
+            gather: gather.each_ref().map(load),
+            shift: shift.each_ref().map(|s| s.each_ref().map(load)),
+            group,
+        })
+    }
+}
+
+/// Scores the rows if this scan takes their layout and pages; `false` (nothing written)
+/// otherwise.
+///
+/// # Safety
+/// CPU must support AVX-512 F/BW/VL/VBMI/VNNI (+AVX2/FMA/F16C); shapes as checked by
+/// `super::super::score_codes_int`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn try_score(
+    r: IntRows<'_>,
+    queries: IntQueries<'_>,
+    scores: &mut [f32],
+    stride: usize,
+) -> bool {
+    if !r.page_rows.is_multiple_of(BLOCK) {
+        return false;
+    }
+    PLAN.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.as_ref().is_none_or(|(layout, _)| layout != r.layout) {
+            *cell = Some((*r.layout, Plan::new(r.layout)));
+        }
+        let Some((_, Some(plan))) = cell.as_ref() else {
+            return false;
+        };
+        debug_assert_eq!(plan.layout, *r.layout);
+        let tables = [
+            table(&r.levels.hi, r.layout.hi),
+            table(&r.levels.lo, r.layout.lo),
+        ];
+        let tables = [tables[plan.group[0]], tables[plan.group[1]]];
+        let mut h0 = 0;
+        while h0 < queries.n_qh {
+            let heads = (queries.n_qh - h0).min(HEADS);
+            // SAFETY: as the caller vouches; heads h0..h0 + heads exist.
+            unsafe {
+                match heads {
+                    1 => pass::<1>(plan, tables, r, queries, h0, scores, stride),
+                    2 => pass::<2>(plan, tables, r, queries, h0, scores, stride),
+                    3 => pass::<3>(plan, tables, r, queries, h0, scores, stride),
+                    _ => pass::<HEADS>(plan, tables, r, queries, h0, scores, stride),
+                }
+            }
+            h0 += heads;
+        }
+        true
+    })
+}
+
+/// Scores every row for query heads `h0..h0 + H` (`tables`: each half's).
+///
+/// # Safety
+/// As [`try_score`], whose checks passed.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
+unsafe fn pass<const H: usize>(
+    plan: &Plan,
+    tables: [__m512i; 2],
+    r: IntRows<'_>,
+    queries: IntQueries<'_>,
+    h0: usize,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    // Per half and cut, each head's coordinates in the lanes' order: quarter byte 8·run + i
+    // is code 32·half + 16·run + 8·cut + i; every quarter alike.
+    let deal: [[__m512i; 2]; 2] = core::array::from_fn(|half| {
+        core::array::from_fn(|cut| {
+            let index: [u8; 64] =
+                core::array::from_fn(|b| (32 * half + RUN * (b % 16 / 8) + 8 * cut + b % 8) as u8);
+            // SAFETY: a 64-byte array.
+            unsafe { _mm512_loadu_si512(index.as_ptr() as *const __m512i) }
+        })
+    });
+    let mut dealt = [[[_mm512_setzero_si512(); H]; 2]; 2];
+    let mut bias = [0i32; H];
+    for h in 0..H {
+        let q = queries.head(h0 + h, CODES);
+        // SAFETY: the head's 64 int16s, two registers of 32.
+        let (low, high) = unsafe {
+            (
+                _mm512_loadu_si512(q.as_ptr() as *const __m512i),
+                _mm512_loadu_si512(q.as_ptr().add(32) as *const __m512i),
+            )
+        };
+        // The padding is zeros, so this is the sum over the lanes.
+        let ones = _mm512_set1_epi16(1);
+        let sum = _mm512_add_epi32(_mm512_madd_epi16(low, ones), _mm512_madd_epi16(high, ones));
+        bias[h] = BIAS * _mm512_reduce_add_epi32(sum);
+        // The int16s hold int8 values (`QUERY_MAX`), so truncating them is exact.
+        let coords = _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm512_cvtepi16_epi8(low)),
+            _mm512_cvtepi16_epi8(high),
+        );
+        for half in 0..2 {
+            for cut in 0..2 {
+                dealt[half][cut][h] = _mm512_permutexvar_epi8(deal[half][cut], coords);
+            }
+        }
+    }
+    let factors: [__m512; H] = core::array::from_fn(|h| _mm512_set1_ps(queries.factor(h0 + h)));
+    // Quad `m` holds rows 4m..4m + 4, one per quarter, so the reduction leaves row 4m + k in
+    // lane 4k + m: this puts it back in row order.
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    let bytes = r.layout.bytes();
+    let rows = r.scales.len();
+    for (p, page) in r.pages.iter().enumerate().take(rows.div_ceil(r.page_rows)) {
+        let first = p * r.page_rows;
+        let in_page = (rows - first).min(r.page_rows);
+        for b0 in (0..in_page).step_by(BLOCK) {
+            let nb = (in_page - b0).min(BLOCK);
+            let j0 = first + b0;
+            // SAFETY: the block's rows lie inside the page (checked by the caller).
+            let base = unsafe { page.as_ptr().add(b0 * bytes) };
+            let mut sums = [[_mm512_setzero_si512(); QUAD]; H];
+            for (m, quad_rows) in (0..nb).step_by(QUAD).enumerate() {
+                // The quad's bytes that are rows of the block: never past the page's rows.
+                let present = (nb - quad_rows).min(QUAD) * bytes;
+                // SAFETY: the masked loads stay inside the quad's present rows.
+                let (a, b) = unsafe {
+                    let at = base.add(quad_rows * bytes) as *const i8;
+                    (
+                        _mm512_maskz_loadu_epi8(mask_of(present), at),
+                        _mm512_maskz_loadu_epi8(
+                            mask_of(present.saturating_sub(64)),
+                            at.wrapping_add(64),
+                        ),
+                    )
+                };
+                let mut acc = [_mm512_setzero_si512(); H];
+                for half in 0..2 {
+                    let gathered = _mm512_permutex2var_epi8(a, plan.gather[half], b);
+                    for (shift, dealt) in plan.shift[half].iter().zip(&dealt[half]) {
+                        let code = _mm512_multishift_epi64_epi8(*shift, gathered);
+                        let levels = _mm512_permutexvar_epi8(code, tables[half]);
+                        for (acc, dealt) in acc.iter_mut().zip(dealt) {
+                            *acc = _mm512_dpbusd_epi32(*acc, levels, *dealt);
+                        }
+                    }
+                }
+                for h in 0..H {
+                    sums[h][m] = acc[h];
+                }
+            }
+            let mask = ((1u32 << nb) - 1) as __mmask16;
+            // SAFETY: rows j0..j0 + nb have scales; masked lanes stay inside.
+            let scale = unsafe { _mm512_maskz_loadu_ps(mask, r.scales.as_ptr().add(j0)) };
+            for h in 0..H {
+                let sum = _mm512_permutexvar_epi32(order, reduce_quads(&sums[h]));
+                // Wrapping int32 sums: exact once the bias is off, whatever the order.
+                let sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(bias[h]));
+                // The reference's `(factor · sum) · scale`, unfused.
+                let out = _mm512_mul_ps(_mm512_mul_ps(factors[h], _mm512_cvtepi32_ps(sum)), scale);
+                let at = (h0 + h) * stride + j0;
+                // SAFETY: the nb scores from `at` lie inside `scores` (stride ≥ rows, checked).
+                unsafe { _mm512_mask_storeu_ps(scores.as_mut_ptr().add(at), mask, out) };
+            }
+            crate::prefetch::pump_rows(nb);
+        }
+    }
+}
