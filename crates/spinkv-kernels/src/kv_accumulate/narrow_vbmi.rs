@@ -24,7 +24,7 @@
 
 use super::grid::{chunk_factor, weight_scale, GridLevels, CHUNK};
 use super::narrow::{row_source, Pads, RowSource, MAX_DIM, MAX_HEADS, TILE_Q};
-use crate::codes::CodedRows;
+use crate::codes::{CodeLayout, CodedRows, Levels};
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
@@ -457,83 +457,200 @@ pub(crate) unsafe fn accumulate_pages(
     acc: &mut [f32],
 ) {
     let layout = r.layout;
-    let (d, bytes, rows) = (layout.d, layout.bytes(), r.scales.len());
-    let segs = layout.segments().expect("narrow layouts have segments");
-    let grid = GridLevels::new(layout, r.levels).expect("narrow layouts are on the grid");
-    let levels = grid.levels();
-
-    // Both segments' groups in channel order, and the tiles that cover them (a tile may hold
-    // groups of both segments: each group brings its own control and table).
-    // SAFETY: AVX-512F; an empty segment's placeholder table is never read.
-    let mut lookups = unsafe { [Lookup::new(0, &[0.0]); 2] };
-    let mut groups = [Group::default(); MAX_DIM / LANES + 2];
-    let mut n_groups = 0;
-    let mut max_end = 0;
-    for (i, seg) in segs.iter().enumerate() {
-        if seg.len == 0 {
-            continue;
+    SETUP.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell
+            .as_ref()
+            .is_none_or(|setup| !setup.is_for(layout, r.levels))
+        {
+            // SAFETY: AVX-512F (the caller's contract).
+            *cell = Some(Box::new(unsafe { Setup::new(layout, r.levels) }));
         }
-        let table = levels.table(layout, seg.first);
-        // SAFETY: AVX-512F; grid tables hold 16 integer levels, |ℓ| ≤ 127.
-        lookups[i] = unsafe { Lookup::new(seg.width, table) };
-        for g in 0..seg.len.div_ceil(LANES) {
-            let group = Group {
-                first: seg.first + LANES * g,
-                n: (seg.len - LANES * g).min(LANES),
-                byte: seg.byte + g * 2 * seg.width as usize,
-                seg: i,
-            };
-            max_end = max_end.max(group.byte + 8);
-            groups[n_groups] = group;
-            n_groups += 1;
+        let setup = cell.as_deref().expect("set up just now");
+        // SAFETY: forwarded from the caller; the setup is this layout's and levels'.
+        unsafe { run(setup, pages, page_rows, r.scales, weights, stride, acc) }
+    });
+}
+
+/// What a run's layout and levels fix: the grid, each segment's lookup, the groups in channel
+/// order, the tiles that cover them (a tile may hold groups of both segments: each group
+/// brings its own control and table) and each group's [`Cut`] from a quad. Built once per
+/// thread for the last layout and levels seen (a codec's, the same every call): building it
+/// per call was ~5 % of a decode attention at depth 7,680.
+struct Setup {
+    layout: CodeLayout,
+    /// The float levels it was built from (`2^width` of each present table, zeros after).
+    levels: [[f32; 16]; 2],
+    step: f32,
+    lookups: [Lookup; 2],
+    groups: [Group; MAX_GROUPS],
+    n_groups: usize,
+    tiles: [(usize, usize); MAX_GROUPS],
+    n_tiles: usize,
+    /// Valid when four rows fit two registers ([`QUAD_BYTES`]).
+    cuts: [Cut; MAX_GROUPS],
+    /// How far past a row's start a group's 64-bit read ends.
+    max_end: usize,
+}
+
+/// Groups of a row at most (both segments, each with a partial group).
+const MAX_GROUPS: usize = MAX_DIM / LANES + 2;
+/// Bytes of a quad that two registers hold.
+const QUAD_BYTES: usize = 128;
+
+thread_local! {
+    static SETUP: std::cell::RefCell<Option<Box<Setup>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The used part of both level tables, zero-filled.
+fn used_levels(layout: &CodeLayout, levels: Levels<'_>) -> [[f32; 16]; 2] {
+    let mut out = [[0.0f32; 16]; 2];
+    let present = [layout.n_hi > 0, layout.n_hi < layout.d];
+    for (((out, table), width), present) in out
+        .iter_mut()
+        .zip([levels.hi, levels.lo])
+        .zip([layout.hi, layout.lo])
+        .zip(present)
+    {
+        if present {
+            let n = 1usize << width;
+            out[..n].copy_from_slice(&table[..n]);
         }
     }
-    // Tiles of TILE_G groups; a remainder of one borrows from the tile before it.
-    let mut tiles = [(0usize, 0usize); MAX_DIM / LANES + 2];
-    let mut n_tiles = 0;
-    let mut lo = 0;
-    while lo < n_groups {
-        let left = n_groups - lo;
-        let take = if left == TILE_G + 1 {
-            3
-        } else {
-            left.min(TILE_G)
+    out
+}
+
+impl Setup {
+    fn is_for(&self, layout: &CodeLayout, levels: Levels<'_>) -> bool {
+        let same = |a: &[[f32; 16]; 2], b: &[[f32; 16]; 2]| {
+            a.iter()
+                .flatten()
+                .zip(b.iter().flatten())
+                .all(|(x, y)| x.to_bits() == y.to_bits())
         };
-        tiles[n_tiles] = (lo, lo + take);
-        n_tiles += 1;
-        lo += take;
+        self.layout == *layout && same(&self.levels, &used_levels(layout, levels))
     }
 
+    /// # Safety
+    /// AVX-512F; `super::narrow::applies(layout, 1)` holds.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn new(layout: &CodeLayout, levels: Levels<'_>) -> Self {
+        let bytes = layout.bytes();
+        let segs = layout.segments().expect("narrow layouts have segments");
+        let grid = GridLevels::new(layout, levels).expect("narrow layouts are on the grid");
+        let grid_levels = grid.levels();
+        // SAFETY: AVX-512F; an empty segment's placeholder table is never read.
+        let mut lookups = unsafe { [Lookup::new(0, &[0.0]); 2] };
+        let mut groups = [Group::default(); MAX_GROUPS];
+        let mut n_groups = 0;
+        let mut max_end = 0;
+        for (i, seg) in segs.iter().enumerate() {
+            if seg.len == 0 {
+                continue;
+            }
+            let table = grid_levels.table(layout, seg.first);
+            // SAFETY: AVX-512F; grid tables hold 16 integer levels, |ℓ| ≤ 127.
+            lookups[i] = unsafe { Lookup::new(seg.width, table) };
+            for g in 0..seg.len.div_ceil(LANES) {
+                let group = Group {
+                    first: seg.first + LANES * g,
+                    n: (seg.len - LANES * g).min(LANES),
+                    byte: seg.byte + g * 2 * seg.width as usize,
+                    seg: i,
+                };
+                max_end = max_end.max(group.byte + 8);
+                groups[n_groups] = group;
+                n_groups += 1;
+            }
+        }
+        // Tiles of TILE_G groups; a remainder of one borrows from the tile before it.
+        let mut tiles = [(0usize, 0usize); MAX_GROUPS];
+        let mut n_tiles = 0;
+        let mut lo = 0;
+        while lo < n_groups {
+            let left = n_groups - lo;
+            let take = if left == TILE_G + 1 {
+                3
+            } else {
+                left.min(TILE_G)
+            };
+            tiles[n_tiles] = (lo, lo + take);
+            n_tiles += 1;
+            lo += take;
+        }
+        let mut cuts = [Cut {
+            gather: _mm512_setzero_si512(),
+            shift: _mm512_setzero_si512(),
+        }; MAX_GROUPS];
+        if ROWS * bytes <= QUAD_BYTES {
+            for (cut, group) in cuts.iter_mut().zip(&groups[..n_groups]) {
+                // SAFETY: AVX-512F; 4 · bytes <= 128; narrow widths are at most 4.
+                *cut = unsafe { Cut::new(group, segs[group.seg].width, bytes) };
+            }
+        }
+        Setup {
+            layout: *layout,
+            levels: used_levels(layout, levels),
+            step: grid.step,
+            lookups,
+            groups,
+            n_groups,
+            tiles,
+            n_tiles,
+            cuts,
+            max_end,
+        }
+    }
+}
+
+/// [`accumulate_pages`] with its setup.
+///
+/// # Safety
+/// As [`accumulate_pages`]; `setup` is the run's layout's and levels'.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
+unsafe fn run(
+    setup: &Setup,
+    pages: &[&[u8]],
+    page_rows: usize,
+    scales: &[f32],
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    let layout = &setup.layout;
+    let (d, bytes, rows) = (layout.d, layout.bytes(), scales.len());
+    let n_groups = setup.n_groups;
     // Quads of back-to-back rows when four rows fit two registers and no quad spans pages.
-    let contiguous = ROWS * bytes <= 128 && (page_rows.is_multiple_of(ROWS) || rows <= page_rows);
-    let mut cuts = [Cut {
-        gather: _mm512_setzero_si512(),
-        shift: _mm512_setzero_si512(),
-    }; MAX_DIM / LANES + 2];
+    let contiguous =
+        ROWS * bytes <= QUAD_BYTES && (page_rows.is_multiple_of(ROWS) || rows <= page_rows);
     let mut pads = Pads::uninit();
     let padded;
     let src = if contiguous {
-        for (cut, group) in cuts.iter_mut().zip(&groups[..n_groups]) {
-            // SAFETY: AVX-512F; 4 · bytes <= 128; narrow widths are at most 4.
-            *cut = unsafe { Cut::new(group, segs[group.seg].width, bytes) };
-        }
         Rows::Contiguous {
             pages,
             page_rows,
             bytes,
         }
     } else {
-        padded = row_source(pages, page_rows, rows, bytes, max_end, OVERREAD, &mut pads);
+        padded = row_source(
+            pages,
+            page_rows,
+            rows,
+            bytes,
+            setup.max_end,
+            OVERREAD,
+            &mut pads,
+        );
         Rows::Padded(&padded)
     };
     let plan = Plan {
-        lookups: &lookups,
-        groups: &groups[..n_groups],
-        cuts: &cuts[..if contiguous { n_groups } else { 0 }],
-        tiles: &tiles[..n_tiles],
+        lookups: &setup.lookups,
+        groups: &setup.groups[..n_groups],
+        cuts: &setup.cuts[..if contiguous { n_groups } else { 0 }],
+        tiles: &setup.tiles[..setup.n_tiles],
         src,
-        scales: r.scales,
-        level_step: grid.step,
+        scales,
+        level_step: setup.step,
         d,
     };
     // SAFETY: forwarded from the caller; the plan is this run's.
