@@ -173,8 +173,9 @@ struct Block {
     /// Written for every row of the block that `stage` took, and up to 3 rows after its last
     /// (copies of it: their weights are 0).
     rows: [MaybeUninit<*const u8>; BLOCK + ROWS - 1],
-    /// Contiguous rows only: each quad's first row and its bytes that are rows of the run.
-    quads: [MaybeUninit<(*const u8, usize)>; BLOCK / ROWS],
+    /// Contiguous rows only: each quad's first row and the load masks of its bytes that are
+    /// rows of the run ([`quad_masks`]).
+    quads: [MaybeUninit<(*const u8, [u64; 2])>; BLOCK / ROWS],
     live: [[u32; BLOCK_CHUNKS]; MAX_HEADS / TILE_Q],
 }
 
@@ -205,17 +206,26 @@ unsafe fn stage(
             page_rows,
             bytes,
         } => {
+            // Page by page: whole quads, then a partial one at the run's end (pages but the
+            // last hold whole quads).
+            let whole = quad_masks(ROWS * bytes);
             let (mut page, mut j) = (b0 / page_rows, b0 % page_rows);
-            for (quad, t) in block.quads.iter_mut().zip((0..nb).step_by(ROWS)) {
-                let present = (nb - t).min(ROWS).min(page_rows - j);
-                quad.write((
-                    pages[page].as_ptr().wrapping_add(j * bytes),
-                    present * bytes,
-                ));
-                j += ROWS;
-                if j >= page_rows {
-                    (page, j) = (page + 1, 0);
+            let (mut q, mut t) = (0, 0);
+            while t < nb {
+                let in_page = (page_rows - j).min(nb - t);
+                let base = pages[page].as_ptr().wrapping_add(j * bytes);
+                let full = in_page / ROWS;
+                for (i, quad) in block.quads[q..q + full].iter_mut().enumerate() {
+                    quad.write((base.wrapping_add(i * ROWS * bytes), whole));
                 }
+                q += full;
+                let rest = in_page % ROWS;
+                if rest > 0 {
+                    let at = base.wrapping_add(full * ROWS * bytes);
+                    block.quads[q].write((at, quad_masks(rest * bytes)));
+                    q += 1;
+                }
+                (t, page, j) = (t + in_page, page + 1, 0);
             }
         }
     }
@@ -850,16 +860,18 @@ unsafe fn decode_quad(
 unsafe fn load_quad(block: &Block, t: usize) -> (__m512i, __m512i) {
     // SAFETY: as the caller guarantees; the masked loads stop at the quad's present bytes.
     unsafe {
-        let (at, present) = block.quads[t / ROWS].assume_init();
-        let mask = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let (at, [low, high]) = block.quads[t / ROWS].assume_init();
         (
-            _mm512_maskz_loadu_epi8(mask(present), at as *const i8),
-            _mm512_maskz_loadu_epi8(
-                mask(present.saturating_sub(64)),
-                at.wrapping_add(64) as *const i8,
-            ),
+            _mm512_maskz_loadu_epi8(low, at as *const i8),
+            _mm512_maskz_loadu_epi8(high, at.wrapping_add(64) as *const i8),
         )
     }
+}
+
+/// The masks of a quad's first `present` bytes in its two 64-byte loads.
+fn quad_masks(present: usize) -> [u64; 2] {
+    let mask = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    [mask(present), mask(present.saturating_sub(64))]
 }
 
 /// One group of a quad [`load_quad`] loaded, by its [`Cut`], as offset grid levels laid out as
