@@ -13,6 +13,13 @@
 //! zero coordinates whatever level it looks up, and the integer sums are the scalar
 //! reference's, so the bits are too. The tables, cut controls and dealt queries stay in
 //! registers for the whole run.
+//!
+//! A half of 4-bit codes that start on a byte (K3.5's first group, K4) is cut without
+//! `vpmultishiftqb`: its gather puts a row's 16 bytes in the row's quarter, the low nibbles
+//! are the even codes as they stand (the lookup reads 6 bits of an index and the table repeats
+//! every 16 entries) and a 16-bit shift right by 4 brings the odd ones down; the query is dealt
+//! even and odd coordinates to match. In-process A/B of `attend_bench turbo 7680` (one thread,
+//! AMD EPYC Zen 4), with the cuts for both halves against this: 1.012, 1.015, 1.007.
 
 use super::paired::{code_bit, mask_of, reduce_quads, table, BIAS};
 use crate::codes::CodeLayout;
@@ -38,6 +45,15 @@ struct Plan {
     shift: [[__m512i; 2]; 2],
     /// The channel group of each half.
     group: [usize; 2],
+    /// Halves of 4-bit codes from a byte on: their gather puts a row's 16 bytes in its
+    /// quarter, and the cuts are the bytes themselves (low nibbles: even codes) and the bytes
+    /// shifted right by 4 (odd codes), with no `vpmultishiftqb`.
+    nibbles: [bool; 2],
+    nibble_gather: [__m512i; 2],
+    /// Per half and cut: where each lane's query coordinate is in the head's 64, as `vpermb`
+    /// indices (the lanes' order, [`pass`]).
+    deal: [[__m512i; 2]; 2],
+    nibble_deal: [[__m512i; 2]; 2],
 }
 
 thread_local! {
@@ -91,15 +107,56 @@ impl Plan {
                 }
             }
         }
+        let (mut nibbles, mut nibble_gather) = ([false; 2], [[0u8; 64]; 2]);
+        for half in 0..2 {
+            let codes: Vec<Option<(usize, usize)>> = (0..CODES / 2)
+                .map(|i| code_bit(layout, pad_hi, half * CODES / 2 + i))
+                .collect();
+            let Some(&Some((first, g))) = codes.first() else {
+                continue;
+            };
+            // Code i at bit first + 4i for every code present.
+            let consecutive = codes
+                .iter()
+                .enumerate()
+                .all(|(i, code)| code.is_none_or(|(bit, _)| bit == first + 4 * i));
+            if width(g) != 4 || first % 8 != 0 || !consecutive {
+                continue;
+            }
+            nibbles[half] = true;
+            for row in 0..QUAD {
+                for i in 0..16 {
+                    nibble_gather[half][16 * row + i] = (row * bytes + first / 8 + i).min(127) as u8;
+                }
+            }
+        }
+        let deal = |nibble: bool, half: usize, cut: usize| -> [u8; 64] {
+            core::array::from_fn(|b| {
+                let i = b % 16;
+                let at = if nibble {
+                    2 * i + cut
+                } else {
+                    RUN * (i / 8) + 8 * cut + i % 8
+                };
+                (CODES / 2 * half + at) as u8
+            })
+        };
         let load = |b: &[u8; 64]| {
             // SAFETY: a 64-byte array; AVX-512 F is present (the caller's dispatch).
             unsafe { _mm512_loadu_si512(b.as_ptr() as *const __m512i) }
+        };
+        let deals = |nibble: bool| -> [[__m512i; 2]; 2] {
+            core::array::from_fn(|half| core::array::from_fn(|cut| load(&deal(nibble, half, cut))))
         };
         Some(Plan {
             layout: *layout,
             gather: gather.each_ref().map(load),
             shift: shift.each_ref().map(|s| s.each_ref().map(load)),
             group,
+            nibbles,
+            nibble_gather: nibble_gather.each_ref().map(load),
+            deal: deals(false),
+            nibble_deal: deals(true),
         })
     }
 }
@@ -139,11 +196,22 @@ pub(super) unsafe fn try_score(
             let heads = (queries.n_qh - h0).min(HEADS);
             // SAFETY: as the caller vouches; heads h0..h0 + heads exist.
             unsafe {
+                let nib = plan.nibbles;
+                macro_rules! go {
+                    ($h:expr) => {
+                        match nib {
+                            [true, true] => pass::<$h, true, true>(plan, tables, r, queries, h0, scores, stride),
+                            [true, false] => pass::<$h, true, false>(plan, tables, r, queries, h0, scores, stride),
+                            [false, true] => pass::<$h, false, true>(plan, tables, r, queries, h0, scores, stride),
+                            [false, false] => pass::<$h, false, false>(plan, tables, r, queries, h0, scores, stride),
+                        }
+                    };
+                }
                 match heads {
-                    1 => pass::<1>(plan, tables, r, queries, h0, scores, stride),
-                    2 => pass::<2>(plan, tables, r, queries, h0, scores, stride),
-                    3 => pass::<3>(plan, tables, r, queries, h0, scores, stride),
-                    _ => pass::<HEADS>(plan, tables, r, queries, h0, scores, stride),
+                    1 => go!(1),
+                    2 => go!(2),
+                    3 => go!(3),
+                    _ => go!(HEADS),
                 }
             }
             h0 += heads;
@@ -157,7 +225,7 @@ pub(super) unsafe fn try_score(
 /// # Safety
 /// As [`try_score`], whose checks passed.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c")]
-unsafe fn pass<const H: usize>(
+unsafe fn pass<const H: usize, const N0: bool, const N1: bool>(
     plan: &Plan,
     tables: [__m512i; 2],
     r: IntRows<'_>,
@@ -168,13 +236,20 @@ unsafe fn pass<const H: usize>(
 ) {
     // Per half and cut, each head's coordinates in the lanes' order: quarter byte 8·run + i
     // is code 32·half + 16·run + 8·cut + i; every quarter alike.
+    let nibble = [N0, N1];
     let deal: [[__m512i; 2]; 2] = core::array::from_fn(|half| {
-        core::array::from_fn(|cut| {
-            let index: [u8; 64] =
-                core::array::from_fn(|b| (32 * half + RUN * (b % 16 / 8) + 8 * cut + b % 8) as u8);
-            // SAFETY: a 64-byte array.
-            unsafe { _mm512_loadu_si512(index.as_ptr() as *const __m512i) }
-        })
+        if nibble[half] {
+            plan.nibble_deal[half]
+        } else {
+            plan.deal[half]
+        }
+    });
+    let gather: [__m512i; 2] = core::array::from_fn(|half| {
+        if nibble[half] {
+            plan.nibble_gather[half]
+        } else {
+            plan.gather[half]
+        }
     });
     let mut dealt = [[[_mm512_setzero_si512(); H]; 2]; 2];
     let mut bias = [0i32; H];
@@ -233,9 +308,15 @@ unsafe fn pass<const H: usize>(
                 };
                 let mut acc = [_mm512_setzero_si512(); H];
                 for half in 0..2 {
-                    let gathered = _mm512_permutex2var_epi8(a, plan.gather[half], b);
-                    for (shift, dealt) in plan.shift[half].iter().zip(&dealt[half]) {
-                        let code = _mm512_multishift_epi64_epi8(*shift, gathered);
+                    let gathered = _mm512_permutex2var_epi8(a, gather[half], b);
+                    for (cut, (shift, dealt)) in plan.shift[half].iter().zip(&dealt[half]).enumerate() {
+                        let code = if !nibble[half] {
+                            _mm512_multishift_epi64_epi8(*shift, gathered)
+                        } else if cut == 0 {
+                            gathered
+                        } else {
+                            _mm512_srli_epi16::<4>(gathered)
+                        };
                         let levels = _mm512_permutexvar_epi8(code, tables[half]);
                         for (acc, dealt) in acc.iter_mut().zip(dealt) {
                             *acc = _mm512_dpbusd_epi32(*acc, levels, *dealt);
