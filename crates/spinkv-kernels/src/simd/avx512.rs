@@ -130,11 +130,11 @@ pub(crate) fn exp(x: __m512) -> __m512 {
     }
     let r2 = _mm512_mul_ps(r, r);
     let er = _mm512_add_ps(_mm512_fmadd_ps(poly, r2, r), _mm512_set1_ps(1.0));
-    let two_n = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
-        _mm512_cvtps_epi32(n),
-        _mm512_set1_epi32(127),
-    )));
-    _mm512_maskz_mul_ps(keep, er, two_n)
+    // `er · 2^n` in one instruction: n is an integer in [-126, 127] after the clamps, so 2^n
+    // is a normal float and this is the one rounding of the same product the other ISAs take
+    // (`er · 2^n` built from the exponent bits), three instructions fewer (B/A 1.004–1.005 of
+    // `attend_bench turbo 7680`, one thread, AMD EPYC Zen 4).
+    _mm512_maskz_scalef_ps(keep, er, n)
 }
 
 /// The canonical reduction of 16 lanes (`crate::canon::reduce16`).
