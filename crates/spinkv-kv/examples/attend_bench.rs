@@ -3,6 +3,13 @@
 //! `cargo run --release -p spinkv-kv --example attend_bench [preset] [depth]`
 //! With SPINKV_AB=1, one thread alternates `spinkv_kernels::experiment`'s arms between batches
 //! (A B B A ...) and prints each arm's median and best batch: an A/B inside one process.
+//! SPINKV_LAYERS=N (default 1) gives the cache N layers and calls them in turn, as decode does:
+//! with 30 layers at depth 7,680 the cache is larger than the L3, so the scans read DRAM.
+//! SPINKV_CHUNK=T appends T tokens to every layer in turn (prefill appends 256, decode 1), so
+//! the pages land in the pool in the order a session puts them there.
+//! SPINKV_AB=cache builds a second cache with arm B selected and times the two caches in
+//! alternating batches, arm A (one thread; the team too with SPINKV_POOL=1): an A/B of a
+//! change to how a cache is built (page placement, say) rather than to how it is read.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,9 +22,14 @@ const BATCHES: usize = 9;
 
 fn main() {
     let preset = std::env::args().nth(1).unwrap_or_else(|| "fp16".into());
-    // SmolLM2-135M attention shape, one layer.
+    // SmolLM2-135M attention shape, one layer unless SPINKV_LAYERS says more.
+    let layers: usize = std::env::var("SPINKV_LAYERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let shape = KvShape {
-        n_layers: 1,
+        n_layers: layers,
         n_heads: 9,
         n_kv_heads: 3,
         head_dim: 64,
@@ -42,15 +54,26 @@ fn main() {
         None => vec![64usize, 128, 256, 512, 1024, 2048, 4096, 8192],
     };
     for depth in depths {
-        let mut cache = KvCache::new(shape, config.clone()).unwrap();
         let kv: Vec<f32> = (0..depth * shape.kv_width()).map(|_| rand()).collect();
-        cache.append(0, &kv, &kv).unwrap();
+        let chunk: usize = std::env::var("SPINKV_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(depth)
+            .max(1);
+        let cache = filled(shape, &config, &kv, chunk);
         let q: Vec<f32> = (0..shape.q_width()).map(|_| rand()).collect();
         let mut out = vec![0.0; q.len()];
-        let reps = (2_000_000 / depth).clamp(20, 20000);
-        let time = |cache: &KvCache, out: &mut [f32]| {
+        let reps = (2_000_000 / depth)
+            .clamp(20, 20000)
+            .next_multiple_of(layers);
+        let mut turn = 0usize;
+        let mut attend = |cache: &KvCache, out: &mut [f32]| {
+            turn += 1;
+            cache.attend(turn % layers, &q, depth - 1, out)
+        };
+        let mut time = |cache: &KvCache, out: &mut [f32]| {
             for _ in 0..reps / 10 {
-                cache.attend(0, &q, depth - 1, out).unwrap();
+                attend(cache, out).unwrap();
             }
             // The best of several batches: on a shared VM the mean moves with the neighbours'
             // load, the best batch much less.
@@ -59,24 +82,68 @@ fn main() {
                 .map(|_| {
                     let t = Instant::now();
                     for _ in 0..batch {
-                        cache.attend(0, &q, depth - 1, out).unwrap();
+                        attend(cache, out).unwrap();
                     }
                     t.elapsed().as_secs_f64() * 1e6 / batch as f64
                 })
                 .fold(f64::INFINITY, f64::min)
         };
+        if std::env::var("SPINKV_AB").is_ok_and(|v| v == "cache") {
+            // The same calls on a second cache built under arm B, arm A while timing.
+            spinkv_kernels::experiment::set_arm_b(true);
+            let other = filled(shape, &config, &kv, chunk);
+            spinkv_kernels::experiment::set_arm_b(false);
+            let caches = [&cache, &other];
+            let batch = (reps / BATCHES).max(1);
+            let mut arms: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+            let pool = std::env::var("SPINKV_POOL").is_ok_and(|v| v == "1");
+            for turn in 0..8 * BATCHES {
+                let arm = spinkv_kernels::experiment::abba_arm(turn);
+                let mut go = || {
+                    let t = Instant::now();
+                    for _ in 0..batch {
+                        attend(caches[arm], &mut out).unwrap();
+                    }
+                    t.elapsed().as_secs_f64() * 1e6 / batch as f64
+                };
+                arms[arm].push(if pool { team.install(go) } else { go() });
+            }
+            let [a, b] = arms.map(|mut v| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            });
+            println!(
+                "depth {depth:5}: cache A {a:.1}  cache B {b:.1}  B/A {:.3}",
+                b / a
+            );
+            continue;
+        }
         if std::env::var("SPINKV_AB").is_ok_and(|v| v == "1") {
-            ab(depth, reps, || cache.attend(0, &q, depth - 1, &mut out));
+            ab(depth, reps, || attend(&cache, &mut out));
             continue;
         }
         let one = time(&cache, &mut out);
         let all = team.install(|| time(&cache, &mut out));
-        let bytes = cache.stats().total.allocated_bytes as f64;
+        let bytes = cache.stats().total.allocated_bytes as f64 / layers as f64;
         println!(
             "depth {depth:5}: 1 thread {one:8.1}  pool {all:8.1}  ({:.1} GB/s on pool)",
             bytes / all / 1e3
         );
     }
+}
+
+/// A cache holding `kv` (`[tokens][kv width]`, the same rows as keys and values) in every
+/// layer, appended `chunk` tokens to each layer in turn after a first reservation and then
+/// geometric growth, as the command line's sessions grow.
+fn filled(shape: KvShape, config: &KvConfig, kv: &[f32], chunk: usize) -> KvCache {
+    let mut cache = KvCache::new(shape, config.clone()).unwrap();
+    cache.reserve(256);
+    for rows in kv.chunks(chunk * shape.kv_width()) {
+        for layer in 0..shape.n_layers {
+            cache.append(layer, rows, rows).unwrap();
+        }
+    }
+    cache
 }
 
 /// One thread, the experiment's arms in alternating batches (A B B A ...): each arm's median
