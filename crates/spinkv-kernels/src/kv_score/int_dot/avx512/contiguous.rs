@@ -47,13 +47,11 @@ struct Plan {
     group: [usize; 2],
     /// Halves of 4-bit codes from a byte on: their gather puts a row's 16 bytes in its
     /// quarter, and the cuts are the bytes themselves (low nibbles: even codes) and the bytes
-    /// shifted right by 4 (odd codes), with no `vpmultishiftqb`.
+    /// shifted right by 4 (odd codes), with no `vpmultishiftqb` (`shift` unused).
     nibbles: [bool; 2],
-    nibble_gather: [__m512i; 2],
     /// Per half and cut: where each lane's query coordinate is in the head's 64, as `vpermb`
     /// indices (the lanes' order, [`pass`]).
     deal: [[__m512i; 2]; 2],
-    nibble_deal: [[__m512i; 2]; 2],
 }
 
 thread_local! {
@@ -71,7 +69,7 @@ impl Plan {
         let [pad_hi, _] = padded(layout);
         let width = |g: usize| (if g == 0 { layout.hi } else { layout.lo }) as usize;
         let (mut gather, mut shift) = ([[0u8; 64]; 2], [[[0u8; 64]; 2]; 2]);
-        let mut group = [0usize; 2];
+        let (mut group, mut nibbles) = ([0usize; 2], [false; 2]);
         for half in 0..2 {
             let codes: Vec<Option<(usize, usize)>> = (0..CODES / 2)
                 .map(|i| code_bit(layout, pad_hi, half * CODES / 2 + i))
@@ -106,34 +104,29 @@ impl Plan {
                     }
                 }
             }
-        }
-        let (mut nibbles, mut nibble_gather) = ([false; 2], [[0u8; 64]; 2]);
-        for half in 0..2 {
-            let codes: Vec<Option<(usize, usize)>> = (0..CODES / 2)
-                .map(|i| code_bit(layout, pad_hi, half * CODES / 2 + i))
-                .collect();
-            let Some(&Some((first, g))) = codes.first() else {
-                continue;
-            };
-            // Code i at bit first + 4i for every code present.
-            let consecutive = codes
-                .iter()
-                .enumerate()
-                .all(|(i, code)| code.is_none_or(|(bit, _)| bit == first + 4 * i));
-            if width(g) != 4 || first % 8 != 0 || !consecutive {
-                continue;
-            }
-            nibbles[half] = true;
-            for row in 0..QUAD {
-                for i in 0..16 {
-                    nibble_gather[half][16 * row + i] = (row * bytes + first / 8 + i).min(127) as u8;
+            // A half of 4-bit codes, code i at bit first + 4i from a byte on, is cut by nibble:
+            // its gather takes the row's 16 bytes into the row's quarter instead.
+            if let Some(&Some((first, g))) = codes.first() {
+                let consecutive = codes
+                    .iter()
+                    .enumerate()
+                    .all(|(i, code)| code.is_none_or(|(bit, _)| bit == first + 4 * i));
+                if width(g) == 4 && first % 8 == 0 && consecutive {
+                    nibbles[half] = true;
+                    for row in 0..QUAD {
+                        for i in 0..16 {
+                            gather[half][16 * row + i] = (row * bytes + first / 8 + i).min(127) as u8;
+                        }
+                    }
                 }
             }
         }
-        let deal = |nibble: bool, half: usize, cut: usize| -> [u8; 64] {
+        // Quarter byte i of a cut holds code 32·half + 16·(i / 8) + 8·cut + i % 8 after a
+        // multishift, code 32·half + 2i + cut after a nibble cut; every quarter alike.
+        let deal = |half: usize, cut: usize| -> [u8; 64] {
             core::array::from_fn(|b| {
                 let i = b % 16;
-                let at = if nibble {
+                let at = if nibbles[half] {
                     2 * i + cut
                 } else {
                     RUN * (i / 8) + 8 * cut + i % 8
@@ -145,18 +138,13 @@ impl Plan {
             // SAFETY: a 64-byte array; AVX-512 F is present (the caller's dispatch).
             unsafe { _mm512_loadu_si512(b.as_ptr() as *const __m512i) }
         };
-        let deals = |nibble: bool| -> [[__m512i; 2]; 2] {
-            core::array::from_fn(|half| core::array::from_fn(|cut| load(&deal(nibble, half, cut))))
-        };
         Some(Plan {
             layout: *layout,
             gather: gather.each_ref().map(load),
             shift: shift.each_ref().map(|s| s.each_ref().map(load)),
             group,
             nibbles,
-            nibble_gather: nibble_gather.each_ref().map(load),
-            deal: deals(false),
-            nibble_deal: deals(true),
+            deal: core::array::from_fn(|half| core::array::from_fn(|cut| load(&deal(half, cut)))),
         })
     }
 }
@@ -234,23 +222,8 @@ unsafe fn pass<const H: usize, const N0: bool, const N1: bool>(
     scores: &mut [f32],
     stride: usize,
 ) {
-    // Per half and cut, each head's coordinates in the lanes' order: quarter byte 8·run + i
-    // is code 32·half + 16·run + 8·cut + i; every quarter alike.
+    // `plan.nibbles` as constants, so each half's cut is fixed when this compiles.
     let nibble = [N0, N1];
-    let deal: [[__m512i; 2]; 2] = core::array::from_fn(|half| {
-        if nibble[half] {
-            plan.nibble_deal[half]
-        } else {
-            plan.deal[half]
-        }
-    });
-    let gather: [__m512i; 2] = core::array::from_fn(|half| {
-        if nibble[half] {
-            plan.nibble_gather[half]
-        } else {
-            plan.gather[half]
-        }
-    });
     let mut dealt = [[[_mm512_setzero_si512(); H]; 2]; 2];
     let mut bias = [0i32; H];
     for h in 0..H {
@@ -271,9 +244,9 @@ unsafe fn pass<const H: usize, const N0: bool, const N1: bool>(
             _mm512_castsi256_si512(_mm512_cvtepi16_epi8(low)),
             _mm512_cvtepi16_epi8(high),
         );
-        for half in 0..2 {
-            for cut in 0..2 {
-                dealt[half][cut][h] = _mm512_permutexvar_epi8(deal[half][cut], coords);
+        for (dealt, deal) in dealt.iter_mut().zip(&plan.deal) {
+            for (dealt, deal) in dealt.iter_mut().zip(deal) {
+                dealt[h] = _mm512_permutexvar_epi8(*deal, coords);
             }
         }
     }
@@ -308,7 +281,7 @@ unsafe fn pass<const H: usize, const N0: bool, const N1: bool>(
                 };
                 let mut acc = [_mm512_setzero_si512(); H];
                 for half in 0..2 {
-                    let gathered = _mm512_permutex2var_epi8(a, gather[half], b);
+                    let gathered = _mm512_permutex2var_epi8(a, plan.gather[half], b);
                     for (cut, (shift, dealt)) in plan.shift[half].iter().zip(&dealt[half]).enumerate() {
                         let code = if !nibble[half] {
                             _mm512_multishift_epi64_epi8(*shift, gathered)
