@@ -23,11 +23,7 @@ const BATCHES: usize = 9;
 fn main() {
     let preset = std::env::args().nth(1).unwrap_or_else(|| "fp16".into());
     // SmolLM2-135M attention shape, one layer unless SPINKV_LAYERS says more.
-    let layers: usize = std::env::var("SPINKV_LAYERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1);
+    let layers = env_count("SPINKV_LAYERS").unwrap_or(1);
     let shape = KvShape {
         n_layers: layers,
         n_heads: 9,
@@ -55,17 +51,11 @@ fn main() {
     };
     for depth in depths {
         let kv: Vec<f32> = (0..depth * shape.kv_width()).map(|_| rand()).collect();
-        let chunk: usize = std::env::var("SPINKV_CHUNK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(depth)
-            .max(1);
+        let chunk = env_count("SPINKV_CHUNK").unwrap_or(depth);
         let cache = filled(shape, &config, &kv, chunk);
         let q: Vec<f32> = (0..shape.q_width()).map(|_| rand()).collect();
         let mut out = vec![0.0; q.len()];
-        let reps = (2_000_000 / depth)
-            .clamp(20, 20000)
-            .next_multiple_of(layers);
+        let reps = (2_000_000 / depth).clamp(20, 20000);
         let mut turn = 0usize;
         let mut attend = |cache: &KvCache, out: &mut [f32]| {
             turn += 1;
@@ -94,11 +84,8 @@ fn main() {
             let other = filled(shape, &config, &kv, chunk);
             spinkv_kernels::experiment::set_arm_b(false);
             let caches = [&cache, &other];
-            let batch = (reps / BATCHES).max(1);
-            let mut arms: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
             let pool = std::env::var("SPINKV_POOL").is_ok_and(|v| v == "1");
-            for turn in 0..8 * BATCHES {
-                let arm = spinkv_kernels::experiment::abba_arm(turn);
+            let [(a, _), (b, _)] = in_turns(reps, |arm, batch| {
                 let mut go = || {
                     let t = Instant::now();
                     for _ in 0..batch {
@@ -106,11 +93,11 @@ fn main() {
                     }
                     t.elapsed().as_secs_f64() * 1e6 / batch as f64
                 };
-                arms[arm].push(if pool { team.install(go) } else { go() });
-            }
-            let [a, b] = arms.map(|mut v| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
+                if pool {
+                    team.install(go)
+                } else {
+                    go()
+                }
             });
             println!(
                 "depth {depth:5}: cache A {a:.1}  cache B {b:.1}  B/A {:.3}",
@@ -132,6 +119,12 @@ fn main() {
     }
 }
 
+/// A positive count from the environment variable `name`, if it holds one.
+fn env_count(name: &str) -> Option<usize> {
+    let count: usize = std::env::var(name).ok()?.parse().ok()?;
+    Some(count.max(1))
+}
+
 /// A cache holding `kv` (`[tokens][kv width]`, the same rows as keys and values) in every
 /// layer, appended `chunk` tokens to each layer in turn after a first reservation and then
 /// geometric growth, as the command line's sessions grow.
@@ -150,23 +143,16 @@ fn filled(shape: KvShape, config: &KvConfig, kv: &[f32], chunk: usize) -> KvCach
 /// and best µs per call, and B/A of the medians.
 fn ab(depth: usize, reps: usize, mut call: impl FnMut() -> Result<(), spinkv_kv::KvError>) {
     use spinkv_kernels::experiment::set_arm_b;
-    let batch = (reps / BATCHES).max(1);
-    let mut arms: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    for turn in 0..8 * BATCHES {
-        let arm = spinkv_kernels::experiment::abba_arm(turn);
+    let [a, b] = in_turns(reps, |arm, batch| {
         set_arm_b(arm == 1);
         call().unwrap();
         let t = Instant::now();
         for _ in 0..batch {
             call().unwrap();
         }
-        arms[arm].push(t.elapsed().as_secs_f64() * 1e6 / batch as f64);
-    }
-    set_arm_b(false);
-    let [a, b] = arms.map(|mut v| {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[0])
+        t.elapsed().as_secs_f64() * 1e6 / batch as f64
     });
+    set_arm_b(false);
     println!(
         "depth {depth:5}: 1 thread A {:.1} (best {:.1})  B {:.1} (best {:.1})  B/A {:.3}",
         a.0,
@@ -175,4 +161,19 @@ fn ab(depth: usize, reps: usize, mut call: impl FnMut() -> Result<(), spinkv_kv:
         b.1,
         b.0 / a.0
     );
+}
+
+/// `8 · BATCHES` timed batches of `reps / BATCHES` calls, `batch_us(arm, calls)` for arms in
+/// the order A B B A ... (µs per call); each arm's median and best.
+fn in_turns(reps: usize, mut batch_us: impl FnMut(usize, usize) -> f64) -> [(f64, f64); 2] {
+    let batch = (reps / BATCHES).max(1);
+    let mut arms: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for turn in 0..8 * BATCHES {
+        let arm = spinkv_kernels::experiment::abba_arm(turn);
+        arms[arm].push(batch_us(arm, batch));
+    }
+    arms.map(|mut v| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0])
+    })
 }
