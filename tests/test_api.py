@@ -118,6 +118,7 @@ def test_kv_options_keep_only_what_is_set() -> None:
         "k_bits": 3.5,
         "window": 0,
     }
+    assert kv_options("turbo", sparse_v=0.0) == {"preset": "turbo", "sparse_v": 0.0}
     assert kv_dict("fp16") == {"preset": "fp16"}
     assert kv_dict({}) is None
     with pytest.raises(InvalidInputError):

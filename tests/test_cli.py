@@ -265,6 +265,9 @@ def test_invalid_run_settings(tiny: Path) -> None:
     assert_one_line_error(spinkv_cli("run", "hi", "--model", str(tiny), "-n", "0"), "max_tokens")
     assert_one_line_error(spinkv_cli("run", "--model", str(tiny), stdin="  \n"), "empty")
     assert_one_line_error(spinkv_cli("run", "hi", "--no-such-flag"), "--no-such-flag")
+    for threshold in ("1", "-0.5", "nan"):
+        done = spinkv_cli("run", "hi", "--model", str(tiny), f"--sparse-v={threshold}")
+        assert_one_line_error(done, "sparse_v")
 
 
 def test_debug_setting_shows_the_traceback(tmp_path: Path) -> None:

@@ -171,6 +171,15 @@ SinkTokensOption = Annotated[
         panel=KV_CACHE,
     ),
 ]
+SparseVOption = Annotated[
+    Optional[float],
+    option(
+        "--sparse-v",
+        help="Sparse values: skip a compressed page's values when every attention weight in it "
+        "is below this fraction of the softmax sum (turbo: 0.001; 0 reads every page).",
+        panel=KV_CACHE,
+    ),
+]
 ISA_HELP = (
     "Force an instruction set: scalar, avx2, avx512, neon (default: the best the CPU has; "
     "SPINKV_ISA does the same)."
@@ -209,6 +218,7 @@ KV_FLAGS: dict[str, tuple[str, Any]] = {
     "kv_page": ("page_tokens", KvPageOption),
     "max_context": ("max_context", MaxContextOption),
     "sink_tokens": ("sink_tokens", SinkTokensOption),
+    "sparse_v": ("sparse_v", SparseVOption),
 }
 
 

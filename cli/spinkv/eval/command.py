@@ -159,6 +159,7 @@ def eval_command(
     kv_window: opt.KvWindowOption = None,
     kv_page: opt.KvPageOption = None,
     sink_tokens: opt.SinkTokensOption = None,
+    sparse_v: opt.SparseVOption = None,
     text: Annotated[
         Path,
         typer.Option(
@@ -218,6 +219,7 @@ def eval_command(
         "window": kv_window,
         "page_tokens": kv_page,
         "sink_tokens": sink_tokens,
+        "sparse_v": sparse_v,
     }
     if suite is not None:
         from spinkv.eval.suite_command import run_suite

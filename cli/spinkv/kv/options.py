@@ -26,6 +26,7 @@ def kv_options(
     page_tokens: int | None = None,
     max_context: int | None = None,
     sink_tokens: int | None = None,
+    sparse_v: float | None = None,
 ) -> dict[str, Any] | None:
     """The cache options dict with only the keys given; None when nothing is set."""
     given = {
@@ -36,6 +37,7 @@ def kv_options(
         "page_tokens": page_tokens,
         "max_context": max_context,
         "sink_tokens": sink_tokens,
+        "sparse_v": sparse_v,
     }
     options = {key: value for key, value in given.items() if value is not None}
     return options or None

@@ -83,6 +83,9 @@ pub(crate) struct AttendJob<'a> {
     /// Sliding-window attention: a query at cache index `i` sees keys `i + 1 - window ..= i`
     /// only (`None`: every key up to `i`).
     pub(crate) window: Option<usize>,
+    /// [`crate::KvConfig::sparse_v`]: compressed pages whose weights all fall below this
+    /// fraction of the softmax sum so far are not read (0: every page is).
+    pub(crate) sparse_v: f32,
     pub(crate) profile: Option<&'a PhaseCounters>,
 }
 
@@ -485,8 +488,29 @@ fn run_item_with(
                 }
                 PageKind::Sealed => {
                     let codec = job.codec.expect("sealed pages imply a codec");
-                    let acc = &mut *state.acc_sealed;
-                    codec.accumulate_pages(&pages[..n_pages], kv_head, scores, rows, acc);
+                    let mut kept: [&[u8]; MAX_RUN_PAGES] = [&[]; MAX_RUN_PAGES];
+                    let (read, rows) = if job.sparse_v > 0.0 && visible == tile.count {
+                        let n = keep_weighty_pages(
+                            &pages[..n_pages],
+                            page_tokens,
+                            job.sparse_v,
+                            state.l,
+                            scores,
+                            tile_tokens,
+                            &mut kept,
+                        );
+                        let rows = ScoreRows {
+                            visible: n * page_tokens,
+                            ..rows
+                        };
+                        (&kept[..n], rows)
+                    } else {
+                        (&pages[..n_pages], rows)
+                    };
+                    if !read.is_empty() {
+                        let acc = &mut *state.acc_sealed;
+                        codec.accumulate_pages(read, kv_head, scores, rows, acc);
+                    }
                 }
             }
             scan_done();
@@ -495,6 +519,46 @@ fn run_item_with(
         index += n_pages;
     }
     4 * needed
+}
+
+/// Sparse values: copies into `kept` the pages of a tile (all of their tokens visible) that
+/// some query head gives a weight of at least `threshold · l[head]`, moves their weights to the
+/// front of each head's row of `weights` (`stride` apart), and returns how many there are.
+///
+/// `l` is the softmax sum with this tile in it, in the units of the weights, so a weight `w`
+/// below `threshold · l` ends as a probability below `threshold`: the final sum is at least
+/// `l` in those units, whatever later tiles or the other threads' halves add.
+fn keep_weighty_pages<'p>(
+    pages: &[&'p [u8]],
+    page_tokens: usize,
+    threshold: f32,
+    l: &[f32],
+    weights: &mut [f32],
+    stride: usize,
+    kept: &mut [&'p [u8]; MAX_RUN_PAGES],
+) -> usize {
+    let mut n = 0;
+    for (i, page) in pages.iter().enumerate() {
+        let first = i * page_tokens;
+        let weighty = l.iter().enumerate().any(|(head, &sum)| {
+            max_f32(&weights[head * stride + first..][..page_tokens]) >= threshold * sum
+        });
+        if !weighty {
+            continue;
+        }
+        if n != i {
+            for head in 0..l.len() {
+                let row = head * stride;
+                weights.copy_within(
+                    row + first..row + first + page_tokens,
+                    row + n * page_tokens,
+                );
+            }
+        }
+        kept[n] = page;
+        n += 1;
+    }
+    n
 }
 
 /// The tile's pages that hold visible tokens: the tile index of each one's first token, how

@@ -215,6 +215,7 @@ impl KvCache {
             start,
             n,
             window,
+            sparse_v: self.config.sparse_v,
             profile: self.profile.as_deref(),
         };
         let scratch = attend(&job, out);
@@ -738,6 +739,105 @@ mod tests {
                 assert!(stats.layers[0].fp16_tokens >= config.sink_tokens + config.window);
             }
         }
+    }
+
+    /// Sparse values leave out pages whose weights are negligible, and only those: with a
+    /// threshold below every page's weights the output has the same bits as reading every page;
+    /// with one between the quiet and the loud pages' weights the output moves, by no more than
+    /// the quiet pages' share of the attention allows.
+    #[test]
+    fn sparse_values_leave_out_only_negligible_pages() {
+        let (d, group, width) = (SHAPE.head_dim, SHAPE.group_size(), SHAPE.kv_width());
+        let config = KvConfig {
+            page_tokens: 8,
+            window: 8,
+            max_tokens: 4096,
+            ..KvConfig::turbo_study()
+        };
+        let mut rng = SplitMix64::new(5);
+        // One unit direction per KV head; its group's queries point along it, and every other
+        // page's keys point against it (scores ~ -5.7 where the others' are ~N(0, 0.5)).
+        let directions: Vec<Vec<f32>> = (0..SHAPE.n_kv_heads)
+            .map(|_| {
+                let v = normals(&mut rng, d, 1.0);
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.iter().map(|x| x / norm).collect()
+            })
+            .collect();
+        let tokens = 20 * 8 + 8;
+        let quiet = |t: usize| t < 160 && (t / 8) % 2 == 1;
+        let mut k = Vec::with_capacity(tokens * width);
+        for t in 0..tokens {
+            for direction in &directions {
+                let noise = normals(&mut rng, d, if quiet(t) { 0.1 } else { 1.0 });
+                k.extend(noise.iter().zip(direction).map(
+                    |(n, u)| {
+                        if quiet(t) {
+                            n - 8.0 * u
+                        } else {
+                            *n
+                        }
+                    },
+                ));
+            }
+        }
+        let v = normals(&mut rng, tokens * width, 1.0);
+        let q: Vec<f32> = (0..SHAPE.n_heads)
+            .flat_map(|h| directions[h / group].iter().map(|u| 4.0 * u))
+            .collect();
+        let attend = |threshold: f32| {
+            let config = KvConfig {
+                sparse_v: threshold,
+                ..config.clone()
+            };
+            let mut cache = KvCache::new(SHAPE, config).unwrap();
+            for layer in 0..SHAPE.n_layers {
+                cache.append(layer, &k, &v).unwrap();
+            }
+            let mut out = vec![0.0f32; q.len()];
+            cache.attend(0, &q, tokens - 1, &mut out).unwrap();
+            (out, cache.effective_kv(0))
+        };
+        let (every_page, (keys, values)) = attend(0.0);
+        assert_eq!(attend(1e-30).0, every_page, "a page of weight was left out");
+        let (sparse, _) = attend(1e-3);
+        assert_ne!(sparse, every_page, "no quiet page was left out");
+        // The quiet tokens' share of each head's attention, over the decoded keys.
+        let quiet_share = (0..SHAPE.n_heads)
+            .map(|h| {
+                let scores: Vec<f64> = (0..tokens)
+                    .map(|t| {
+                        let key = &keys[(t * SHAPE.n_kv_heads + h / group) * d..][..d];
+                        let dot: f64 = key
+                            .iter()
+                            .zip(&q[h * d..][..d])
+                            .map(|(a, b)| (a * b) as f64)
+                            .sum();
+                        dot / (d as f64).sqrt()
+                    })
+                    .collect();
+                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+                let quiet_sum: f64 = (0..tokens)
+                    .filter(|&t| quiet(t))
+                    .map(|t| (scores[t] - m).exp())
+                    .sum();
+                quiet_sum / total
+            })
+            .fold(0.0, f64::max) as f32;
+        assert!(
+            quiet_share < 0.01,
+            "the quiet pages are not quiet: {quiet_share}"
+        );
+        let largest_value = values.iter().fold(0.0f32, |a, b| a.max(b.abs()));
+        let moved = sparse
+            .iter()
+            .zip(&every_page)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        let allowed =
+            2.0 * quiet_share * largest_value + crate::test_support::attention_tolerance(&config);
+        assert!(moved <= allowed, "moved {moved}, allowed {allowed}");
     }
 
     #[test]

@@ -164,6 +164,11 @@ pub struct KvConfig {
     pub kivi_group: usize,
     /// Seed of the per-(layer, head) random signs; part of the cache identity.
     pub seed: u64,
+    /// Sparse values: a compressed page's values are not read when every attention weight in
+    /// it, for every query head, is below this fraction of the softmax sum so far, which
+    /// bounds each skipped token's final weight by it (0 reads every page). A property of
+    /// reading, not of the stored cache: not in the identity record.
+    pub sparse_v: f32,
 }
 
 pub const DEFAULT_PAGE_TOKENS: usize = 32;
@@ -175,6 +180,12 @@ pub const DEFAULT_SEED: u64 = 0x5EED_CAFE_F00D_0001;
 pub const TURBO_WINDOW: usize = 256;
 /// Leading fp16 tokens of the `turbo` preset (KLD -30 % on the GPL-3 for one fp16 page a layer).
 pub const TURBO_SINK_TOKENS: usize = 4;
+
+/// Sparse-value threshold of the `turbo` preset: at depth 7,680 on real text it leaves ~44 % of
+/// the (page, KV head) value blocks unread, and teacher-forced KLD against fp16 stayed inside
+/// its bootstrap CI on four held-out texts of 8,192 tokens (docs/KV_QUALITY.md, "Sparse
+/// values").
+pub const TURBO_SPARSE_V: f32 = 1e-3;
 
 /// Names accepted by [`KvConfig::preset`].
 pub const PRESETS: [&str; 5] = ["fp16", "turbo", "turbo-qjl", "kivi2", "kivi4"];
@@ -204,16 +215,18 @@ impl KvConfig {
             key_norm: NormFormat::LogU8,
             kivi_group: DEFAULT_PAGE_TOKENS,
             seed: DEFAULT_SEED,
+            sparse_v: 0.0,
         }
     }
 
     /// The product default: keys 3.5 bits, values 3.0 bits, 256 recent tokens and the first 4
-    /// in fp16. The design study's first product mode is this codec with a 128-token window and
+    /// in fp16, sparse values at [`TURBO_SPARSE_V`]. The design study's first product mode is this codec with a 128-token window and
     /// no sinks ([`KvConfig::turbo_study`]).
     pub fn turbo() -> Self {
         KvConfig {
             window: TURBO_WINDOW,
             sink_tokens: TURBO_SINK_TOKENS,
+            sparse_v: TURBO_SPARSE_V,
             ..KvConfig::turbo_study()
         }
     }
@@ -302,6 +315,12 @@ impl KvConfig {
         }
         self.k_half_bits()?;
         self.v_half_bits()?;
+        if !(0.0..1.0).contains(&self.sparse_v) {
+            return bad(format!(
+                "sparse_v {} must be in [0, 1) (a fraction of the attention weights' sum)",
+                self.sparse_v
+            ));
+        }
         if self.codec == KvCodecKind::Kivi
             && (self.kivi_group == 0 || !self.page_tokens.is_multiple_of(self.kivi_group))
         {

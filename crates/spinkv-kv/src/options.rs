@@ -10,7 +10,7 @@ use crate::config::{
 use crate::error::KvError;
 
 /// Every option key, in the order they are resolved and reported.
-pub const OPTION_KEYS: [&str; 10] = [
+pub const OPTION_KEYS: [&str; 11] = [
     "preset",
     "k_bits",
     "v_bits",
@@ -21,6 +21,7 @@ pub const OPTION_KEYS: [&str; 10] = [
     "key_norm",
     "kivi_group",
     "seed",
+    "sparse_v",
 ];
 
 /// Short names accepted in a spec string (`turbo:k=3:w=64`), each for one key.
@@ -44,6 +45,8 @@ pub enum OptionKind {
     Count,
     /// `seed`.
     Seed,
+    /// `sparse_v`: a fraction.
+    Fraction,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +55,7 @@ pub enum OptionValue {
     Bits(f32),
     Count(i64),
     Seed(u64),
+    Fraction(f32),
 }
 
 /// A preset name and the overrides given; `None` means "not given" (the preset decides).
@@ -68,6 +72,7 @@ pub struct KvOptions {
     pub key_norm: Option<NormFormat>,
     pub kivi_group: Option<usize>,
     pub seed: Option<u64>,
+    pub sparse_v: Option<f32>,
 }
 
 /// What a model family changes in the presets' defaults, from measurements on it (README,
@@ -96,6 +101,7 @@ impl KvOptions {
                 OptionKind::Count
             }
             "seed" => OptionKind::Seed,
+            "sparse_v" => OptionKind::Fraction,
             other => {
                 return Err(invalid(format!(
                     "unknown KV option {other:?} (expected one of {})",
@@ -117,6 +123,7 @@ impl KvOptions {
             ("k_bits", OptionValue::Bits(bits)) => self.k_bits = Some(bits),
             ("v_bits", OptionValue::Bits(bits)) => self.v_bits = Some(bits),
             ("seed", OptionValue::Seed(seed)) => self.seed = Some(seed),
+            ("sparse_v", OptionValue::Fraction(f)) => self.sparse_v = Some(f),
             (_, OptionValue::Count(n)) if kind == OptionKind::Count => {
                 let n = usize::try_from(n)
                     .map_err(|_| invalid(format!("{key} must be >= 0, got {n}")))?;
@@ -150,6 +157,7 @@ impl KvOptions {
                 .map(|n| OptionValue::Text(n.name().to_string())),
             "kivi_group" => count(self.kivi_group),
             "seed" => self.seed.map(OptionValue::Seed),
+            "sparse_v" => self.sparse_v.map(OptionValue::Fraction),
             _ => None,
         }
     }
@@ -199,6 +207,9 @@ impl KvOptions {
                 OptionKind::Bits => OptionValue::Bits(value.parse().map_err(|_| bad_value())?),
                 OptionKind::Count => OptionValue::Count(value.parse().map_err(|_| bad_value())?),
                 OptionKind::Seed => OptionValue::Seed(value.parse().map_err(|_| bad_value())?),
+                OptionKind::Fraction => {
+                    OptionValue::Fraction(value.parse().map_err(|_| bad_value())?)
+                }
             };
             options.set(key, parsed)?;
             order.retain(|k| *k != key);
@@ -255,6 +266,9 @@ impl KvConfig {
         }
         if let Some(seed) = options.seed {
             config.seed = seed;
+        }
+        if let Some(threshold) = options.sparse_v {
+            config.sparse_v = threshold;
         }
         if let Some(wanted) = options.max_context {
             match context {
@@ -392,6 +406,31 @@ mod tests {
     }
 
     #[test]
+    fn sparse_values_are_the_turbo_presets_and_a_fraction_below_one() {
+        let threshold = |spec: &str| {
+            let (options, _) = KvOptions::parse_spec(spec)?;
+            KvConfig::from_options(&options, Some(2048)).map(|c| c.sparse_v)
+        };
+        assert_eq!(threshold("turbo").unwrap(), crate::config::TURBO_SPARSE_V);
+        assert_eq!(threshold("turbo:sparse_v=0").unwrap(), 0.0);
+        assert_eq!(threshold("kivi4:sparse_v=0.001").unwrap(), 0.001);
+        for control in ["fp16", "turbo-qjl", "kivi2", "kivi4"] {
+            assert_eq!(threshold(control).unwrap(), 0.0, "{control}");
+        }
+        for bad in [
+            "turbo:sparse_v=1",
+            "turbo:sparse_v=-0.1",
+            "turbo:sparse_v=NaN",
+        ] {
+            let message = threshold(bad).unwrap_err().to_string();
+            assert!(
+                message.contains("sparse_v") && message.contains("[0, 1)"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
     fn spec_strings_take_short_names_and_keep_their_order() {
         let (options, order) = KvOptions::parse_spec("turbo:w=0:k=3:sinks=4").unwrap();
         assert_eq!(order, ["window", "k_bits", "sink_tokens"]);
@@ -402,6 +441,9 @@ mod tests {
             (options.window, options.k_bits, options.sink_tokens),
             (Some(0), Some(3.0), Some(4))
         );
+        let (sparse, _) = KvOptions::parse_spec("turbo:sparse_v=0").unwrap();
+        assert_eq!(sparse.get("sparse_v"), Some(OptionValue::Fraction(0.0)));
+        assert!(KvOptions::parse_spec("turbo:sparse_v=").is_err());
         assert!(KvOptions::parse_spec("turbo:max_context=5").is_err());
         assert!(KvOptions::parse_spec("turbo:window").is_err());
         assert!(KvOptions::parse_spec("turbo:k=x").is_err());

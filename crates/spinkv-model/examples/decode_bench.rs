@@ -1,7 +1,7 @@
 //! Prefill `depth` tokens, then time greedy decode steps.
 //!
 //! cargo run --release -p spinkv-model --example decode_bench -- MODEL_DIR [depth=512] [steps=64] [runs=3] [threads=0]
-//! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=fp16|turbo|... for the cache,
+//! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=fp16|turbo|turbo:sparse_v=0|... for the cache (a `--kv` spec),
 //! SPINKV_PROFILE=1 for the KV phases' thread-ms, of the prefill and per decode token (a clock
 //! read per page phase: a profiled run is slower than an unprofiled one), SPINKV_AB=1 to alternate
 //! `spinkv_kernels::experiment`'s two arms every 32 decode steps (A B B A A B B A ...) and print
@@ -9,7 +9,7 @@
 //! process: see that module);
 //! SPINKV_PREFILL_AFTER=N times the prefill of the prompt's tokens after the first N, which an
 //! untimed prefill writes first (as `spinkv bench`'s prefill at a depth does);
-//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead; SPINKV_KV_B=PRESET
+//! SPINKV_AB=prefill alternates the arms between `runs` prefills instead; SPINKV_KV_B=SPEC
 //! decodes with two caches (SPINKV_KV's and this one) in alternating turns in one process.
 //! SPINKV_PROMPT_TOKENS=FILE takes the prompt from a file of whitespace-separated token ids
 //! (real text, tokenized beforehand) instead of pseudo-text: attention weights depend on the
@@ -41,7 +41,7 @@ fn main() {
         std::process::exit(2);
     }
     let preset = std::env::var("SPINKV_KV").unwrap_or_else(|_| "fp16".into());
-    let kv = match KvConfig::preset(&preset) {
+    let kv = match kv_config(&preset) {
         Ok(kv) => kv,
         Err(e) => {
             eprintln!("error: SPINKV_KV: {e}");
@@ -83,7 +83,7 @@ fn main() {
         return prefill_ab(&model, &kv, &prompt, runs);
     }
     if let Ok(other) = std::env::var("SPINKV_KV_B") {
-        let kv_b = match KvConfig::preset(&other) {
+        let kv_b = match kv_config(&other) {
             Ok(kv) => kv,
             Err(e) => {
                 eprintln!("error: SPINKV_KV_B: {e}");
@@ -268,6 +268,12 @@ fn argmax(logits: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// A cache spec as the CLI's `--kv` takes it: a preset and settings (`turbo:sparse_v=0`).
+fn kv_config(spec: &str) -> Result<KvConfig, spinkv_kv::KvError> {
+    let (options, _) = spinkv_kv::KvOptions::parse_spec(spec)?;
+    KvConfig::from_options(&options, None)
 }
 
 fn median(v: &mut [f64]) -> f64 {

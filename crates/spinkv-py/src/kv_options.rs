@@ -21,6 +21,11 @@ fn option_value(key: &str, kind: OptionKind, value: &Bound<'_, PyAny>) -> PyResu
                 .map_err(|_| invalid_input(format!("{key} must be an integer")))?,
         ),
         OptionKind::Seed => OptionValue::Seed(value.extract()?),
+        OptionKind::Fraction => OptionValue::Fraction(
+            value
+                .extract()
+                .map_err(|_| invalid_input(format!("{key} must be a number")))?,
+        ),
     })
 }
 
@@ -61,6 +66,7 @@ fn option_object<'py>(py: Python<'py>, value: OptionValue) -> PyResult<Bound<'py
         OptionValue::Bits(bits) => bits.into_pyobject(py)?.into_any(),
         OptionValue::Count(n) => n.into_pyobject(py)?.into_any(),
         OptionValue::Seed(seed) => seed.into_pyobject(py)?.into_any(),
+        OptionValue::Fraction(f) => f.into_pyobject(py)?.into_any(),
     })
 }
 
@@ -77,6 +83,7 @@ fn config_dict<'py>(py: Python<'py>, preset: &str, c: &KvConfig) -> PyResult<Bou
     d.set_item("key_norm", c.key_norm.name())?;
     d.set_item("kivi_group", c.kivi_group)?;
     d.set_item("seed", c.seed)?;
+    d.set_item("sparse_v", c.sparse_v)?;
     Ok(d)
 }
 

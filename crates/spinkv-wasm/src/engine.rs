@@ -278,6 +278,9 @@ fn kv_config(kv: Option<&Value>, model: &Model) -> Result<KvConfig, CallError> {
                     OptionKind::Bits => OptionValue::Bits(value.as_f64().ok_or_else(bad)? as f32),
                     OptionKind::Count => OptionValue::Count(value.as_i64().ok_or_else(bad)?),
                     OptionKind::Seed => OptionValue::Seed(value.as_u64().ok_or_else(bad)?),
+                    OptionKind::Fraction => {
+                        OptionValue::Fraction(value.as_f64().ok_or_else(bad)? as f32)
+                    }
                 };
                 options.set(key, value).map_err(kv_error)?;
             }
