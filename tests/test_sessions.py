@@ -104,6 +104,17 @@ def test_the_identity_record_has_every_field(tiny: LoadedModel) -> None:
     assert identity["runtime_build"].startswith("spinkv ")
 
 
+def test_sparse_values_are_a_way_of_reading_not_part_of_the_identity(
+    tiny: LoadedModel, tmp_path: Path
+) -> None:
+    chat = chat_with_history(tiny)
+    chat.save(tmp_path / "a.spkv")
+    reader = tiny.chat(kv={**TURBO_SMALL, "sparse_v": 0.0}, max_tokens=12)
+    outcome = reader.restore(tmp_path / "a.spkv")
+    assert outcome.reused and outcome.cached_tokens == chat.cached_tokens
+    assert digest(reader) == digest(chat)
+
+
 @pytest.mark.parametrize(
     ("kv", "expected"),
     [
