@@ -93,6 +93,19 @@ def test_kv_phases_come_from_a_profiled_pass(tiny: str, capsys: pytest.CaptureFi
     assert turbo["kv_append_encode_ms"] > 0 and turbo["kv_page_alloc_ms"] > 0
     # fp16 pages: scans and softmax are timed, nothing is ever encoded
     assert fp16["kv_key_scan_ms"] > 0 and fp16["kv_append_encode_ms"] == 0.0
+    assert "kv_value_skipped_pct" not in fp16
+
+
+def test_sparse_values_report_the_blocks_they_leave_out(
+    tiny: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["-p", "0", "-n", "8", "-r", "1", "-d", "40", "-f", "json"]
+    arms = "turbo:window=0:page_tokens=8:sparse_v=0,turbo:window=0:page_tokens=8:sparse_v=0.5"
+    code, out, _ = bench(capsys, "-m", tiny, *args, "--kv", arms)
+    assert code == 0
+    every_page, sparse = json.loads(out)["rows"]
+    assert every_page["kv_value_skipped_pct"] == 0.0
+    assert 0.0 < sparse["kv_value_skipped_pct"] <= 100.0
 
 
 def test_jsonl_one_object_per_row(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -350,11 +350,15 @@ def profile_kv_phases(
     finally:
         set_profiling(False)
         engine.restore()
-    return {
+    values = {
         f"kv_{phase}_ms": float(times[f"{phase}_ms"]) / case.n_gen
         for phase in KV_PHASES
         if f"{phase}_ms" in times
     }
+    skipped = times.get("value_blocks_skipped_pct")
+    if skipped is not None:  # compressed value blocks that sparse values left out
+        values["kv_value_skipped_pct"] = float(skipped)
+    return values
 
 
 # ---- aggregation ----------------------------------------------------------------------------

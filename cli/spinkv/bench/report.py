@@ -206,6 +206,7 @@ def bench_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
         ("tg attn/mm/other ms", lambda r: _phase(r, "tg")),
         ("codec %", lambda r: fmt_num(r.get("codec_pct"))),
         ("KV phases µs/tok", _kv_phases),
+        ("V skipped %", lambda r: fmt_num(r.get("kv_value_skipped_pct"))),
         ("peak RSS", lambda r: fmt_size(r.get("peak_rss_bytes"))),
         ("KV payload", lambda r: fmt_size(r.get("kv_payload_bytes"))),
         ("scratch", lambda r: fmt_size(r.get("scratch_bytes"))),

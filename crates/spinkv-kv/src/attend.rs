@@ -507,6 +507,9 @@ fn run_item_with(
                     } else {
                         (&pages[..n_pages], rows)
                     };
+                    if let Some(counters) = job.profile {
+                        counters.count_value_blocks(read.len(), n_pages - read.len());
+                    }
                     if !read.is_empty() {
                         let acc = &mut *state.acc_sealed;
                         codec.accumulate_pages(read, kv_head, scores, rows, acc);

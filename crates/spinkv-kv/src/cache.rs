@@ -794,14 +794,23 @@ mod tests {
             for layer in 0..SHAPE.n_layers {
                 cache.append(layer, &k, &v).unwrap();
             }
+            cache.set_profiling(true);
             let mut out = vec![0.0f32; q.len()];
             cache.attend(0, &q, tokens - 1, &mut out).unwrap();
-            (out, cache.effective_kv(0))
+            let times = cache.phase_times().unwrap();
+            let blocks = (times.value_blocks_read, times.value_blocks_skipped);
+            (out, blocks, cache.effective_kv(0))
         };
-        let (every_page, (keys, values)) = attend(0.0);
-        assert_eq!(attend(1e-30).0, every_page, "a page of weight was left out");
-        let (sparse, _) = attend(1e-3);
+        // 20 sealed pages, 2 KV heads; half the pages are quiet.
+        let (every_page, blocks, (keys, values)) = attend(0.0);
+        assert_eq!(blocks, (40, 0));
+        let (barely, blocks, _) = attend(1e-30);
+        assert_eq!(barely, every_page, "a page of weight was left out");
+        assert_eq!(blocks, (40, 0));
+        let (sparse, blocks, _) = attend(1e-3);
         assert_ne!(sparse, every_page, "no quiet page was left out");
+        assert_eq!(blocks.0 + blocks.1, 40);
+        assert!(blocks.1 > 0 && blocks.1 <= 20, "{blocks:?}");
         // The quiet tokens' share of each head's attention, over the decoded keys.
         let quiet_share = (0..SHAPE.n_heads)
             .map(|h| {

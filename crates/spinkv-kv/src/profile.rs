@@ -34,9 +34,19 @@ pub struct PhaseTimes {
     pub value_finish_ns: u64,
     pub append_encode_ns: u64,
     pub page_alloc_ns: u64,
+    /// Compressed (page, KV head) value blocks the value scan read, and those sparse values
+    /// left out (`KvConfig::sparse_v`). Counts, not times.
+    pub value_blocks_read: u64,
+    pub value_blocks_skipped: u64,
 }
 
 impl PhaseTimes {
+    /// Per cent of the compressed value blocks that sparse values left out (None before any).
+    pub fn value_blocks_skipped_pct(&self) -> Option<f64> {
+        let total = self.value_blocks_read + self.value_blocks_skipped;
+        (total > 0).then(|| 100.0 * self.value_blocks_skipped as f64 / total as f64)
+    }
+
     /// `(name, nanoseconds)` for every phase.
     pub fn as_pairs(&self) -> [(&'static str, u64); PHASES] {
         [
@@ -55,11 +65,21 @@ impl PhaseTimes {
 #[derive(Debug, Default)]
 pub(crate) struct PhaseCounters {
     ns: [AtomicU64; PHASES],
+    value_blocks_read: AtomicU64,
+    value_blocks_skipped: AtomicU64,
 }
 
 impl PhaseCounters {
     pub(crate) fn add(&self, phase: Phase, ns: u64) {
         self.ns[phase as usize].fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Counts one tile's value blocks of one KV head: `read` scanned, `skipped` left out.
+    pub(crate) fn count_value_blocks(&self, read: usize, skipped: usize) {
+        self.value_blocks_read
+            .fetch_add(read as u64, Ordering::Relaxed);
+        self.value_blocks_skipped
+            .fetch_add(skipped as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn times(&self) -> PhaseTimes {
@@ -72,6 +92,8 @@ impl PhaseCounters {
             value_finish_ns: get(Phase::ValueFinish),
             append_encode_ns: get(Phase::AppendEncode),
             page_alloc_ns: get(Phase::PageAlloc),
+            value_blocks_read: self.value_blocks_read.load(Ordering::Relaxed),
+            value_blocks_skipped: self.value_blocks_skipped.load(Ordering::Relaxed),
         }
     }
 }

@@ -309,7 +309,10 @@ fn phase_list(phases: &spinkv_kv::PhaseTimes, per: usize) -> String {
             format!("{name} {:.2}", *ns as f64 / 1e6 / per.max(1) as f64)
         })
         .collect();
-    listed.join(", ")
+    match phases.value_blocks_skipped_pct() {
+        Some(pct) => format!("{}; value blocks skipped {pct:.1} %", listed.join(", ")),
+        None => listed.join(", "),
+    }
 }
 
 /// Untimed prompt tokens before a timed prefill (SPINKV_PREFILL_AFTER, at most `len`).

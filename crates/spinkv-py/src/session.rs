@@ -173,7 +173,8 @@ impl PySession {
     }
 
     /// `{phase}_ms` since profiling was switched on (attention phases are thread time summed
-    /// over the pool), or None when it is off.
+    /// over the pool) and `value_blocks_skipped_pct` (the compressed value blocks sparse values
+    /// left out; None before any was scanned), or None when it is off.
     fn kv_phase_times<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let Some(times) = self.inner.kv_phase_times() else {
             return Ok(None);
@@ -182,6 +183,7 @@ impl PySession {
         for (name, ns) in times.as_pairs() {
             d.set_item(name.replace("_ns", "_ms"), ns as f64 / 1e6)?;
         }
+        d.set_item("value_blocks_skipped_pct", times.value_blocks_skipped_pct())?;
         Ok(Some(d))
     }
 
