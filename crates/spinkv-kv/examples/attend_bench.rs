@@ -69,13 +69,7 @@ fn main() {
             // load, the best batch much less.
             let batch = (reps / BATCHES).max(1);
             (0..BATCHES)
-                .map(|_| {
-                    let t = Instant::now();
-                    for _ in 0..batch {
-                        attend(cache, out).unwrap();
-                    }
-                    t.elapsed().as_secs_f64() * 1e6 / batch as f64
-                })
+                .map(|_| per_call_us(batch, || attend(cache, out)))
                 .fold(f64::INFINITY, f64::min)
         };
         if std::env::var("SPINKV_AB").is_ok_and(|v| v == "cache") {
@@ -86,13 +80,7 @@ fn main() {
             let caches = [&cache, &other];
             let pool = std::env::var("SPINKV_POOL").is_ok_and(|v| v == "1");
             let [(a, _), (b, _)] = in_turns(reps, |arm, batch| {
-                let mut go = || {
-                    let t = Instant::now();
-                    for _ in 0..batch {
-                        attend(caches[arm], &mut out).unwrap();
-                    }
-                    t.elapsed().as_secs_f64() * 1e6 / batch as f64
-                };
+                let mut go = || per_call_us(batch, || attend(caches[arm], &mut out));
                 if pool {
                     team.install(go)
                 } else {
@@ -146,11 +134,7 @@ fn ab(depth: usize, reps: usize, mut call: impl FnMut() -> Result<(), spinkv_kv:
     let [a, b] = in_turns(reps, |arm, batch| {
         set_arm_b(arm == 1);
         call().unwrap();
-        let t = Instant::now();
-        for _ in 0..batch {
-            call().unwrap();
-        }
-        t.elapsed().as_secs_f64() * 1e6 / batch as f64
+        per_call_us(batch, &mut call)
     });
     set_arm_b(false);
     println!(
@@ -161,6 +145,15 @@ fn ab(depth: usize, reps: usize, mut call: impl FnMut() -> Result<(), spinkv_kv:
         b.1,
         b.0 / a.0
     );
+}
+
+/// µs per call of `calls` calls in a row.
+fn per_call_us(calls: usize, mut call: impl FnMut() -> Result<(), spinkv_kv::KvError>) -> f64 {
+    let t = Instant::now();
+    for _ in 0..calls {
+        call().unwrap();
+    }
+    t.elapsed().as_secs_f64() * 1e6 / calls as f64
 }
 
 /// `8 · BATCHES` timed batches of `reps / BATCHES` calls, `batch_us(arm, calls)` for arms in

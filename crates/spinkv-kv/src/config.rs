@@ -220,8 +220,9 @@ impl KvConfig {
     }
 
     /// The product default: keys 3.5 bits, values 3.0 bits, 256 recent tokens and the first 4
-    /// in fp16, sparse values at [`TURBO_SPARSE_V`]. The design study's first product mode is this codec with a 128-token window and
-    /// no sinks ([`KvConfig::turbo_study`]).
+    /// in fp16, sparse values at [`TURBO_SPARSE_V`]. The design study's first product mode is
+    /// this codec with a 128-token window, no sinks and every page read
+    /// ([`KvConfig::turbo_study`]).
     pub fn turbo() -> Self {
         KvConfig {
             window: TURBO_WINDOW,

@@ -1,9 +1,10 @@
 //! Prefill `depth` tokens, then time greedy decode steps.
 //!
 //! cargo run --release -p spinkv-model --example decode_bench -- MODEL_DIR [depth=512] [steps=64] [runs=3] [threads=0]
-//! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=fp16|turbo|turbo:sparse_v=0|... for the cache (a `--kv` spec),
-//! SPINKV_PROFILE=1 for the KV phases' thread-ms, of the prefill and per decode token (a clock
-//! read per page phase: a profiled run is slower than an unprofiled one), SPINKV_AB=1 to alternate
+//! Set SPINKV_ISA=scalar|avx2|avx512 to compare kernels, SPINKV_KV=SPEC for the cache (a `--kv`
+//! spec: fp16, turbo, turbo:sparse_v=0, ...), SPINKV_PROFILE=1 for the KV phases' thread-ms, of
+//! the prefill and per decode token (a clock read per page phase: a profiled run is slower than
+//! an unprofiled one) and the value blocks sparse values left out, SPINKV_AB=1 to alternate
 //! `spinkv_kernels::experiment`'s two arms every 32 decode steps (A B B A A B B A ...) and print
 //! each arm's time per token, and its attention and matmul ms (an A/B of a change inside one
 //! process: see that module);
