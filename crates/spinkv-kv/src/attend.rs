@@ -84,7 +84,8 @@ pub(crate) struct AttendJob<'a> {
     /// only (`None`: every key up to `i`).
     pub(crate) window: Option<usize>,
     /// [`crate::KvConfig::sparse_v`]: compressed pages whose weights all fall below this
-    /// fraction of the softmax sum so far are not read (0: every page is).
+    /// fraction of a lower bound of the softmax sum (the sum so far, plus the sinks' share for
+    /// an item without them) are not read (0: every page is).
     pub(crate) sparse_v: f32,
     pub(crate) profile: Option<&'a PhaseCounters>,
 }
@@ -362,12 +363,20 @@ fn run_item_with(
     let tile_tokens = tile_pages * page_tokens;
     let fp16_tile_pages = (FP16_TILE_SCORES / (n_qh * page_tokens).max(1)).clamp(1, tile_pages);
     let (queries_len, all_prepared_len) = (n_qh * d, prepared_len * n_kv_heads);
-    let needed = n_kv_heads * queries_len + all_prepared_len + n_qh * tile_tokens;
+    let sparse_len = if job.sparse_v > 0.0 {
+        (n_kv_heads + 1) * n_qh
+    } else {
+        0
+    };
+    let needed = n_kv_heads * queries_len + all_prepared_len + sparse_len + n_qh * tile_tokens;
     if scratch.len() < needed {
         scratch.resize(needed, 0.0);
     }
     let (all_queries, rest) = scratch[..needed].split_at_mut(n_kv_heads * queries_len);
-    let (all_prepared, scores) = rest.split_at_mut(all_prepared_len);
+    let (all_prepared, rest) = rest.split_at_mut(all_prepared_len);
+    let (sparse, scores) = rest.split_at_mut(sparse_len);
+    // Sparse values: each KV head's sink bound (`[kv head][query head]`), and a tile's limits.
+    let (all_sink_lse, limits) = sparse.split_at_mut(sparse_len.saturating_sub(n_qh));
 
     // Pre-scaled queries of each KV head's group, `[kv head][query][head in group][d]`, and
     // what the codec prepares from them.
@@ -384,8 +393,12 @@ fn run_item_with(
             codec.prepare(job.layer, kv_head, queries, prepared);
         }
     }
-    laps.lap(Phase::QueryTransform);
     let last_pos = first_pos + n_q.max(1) - 1;
+    if job.sparse_v > 0.0 {
+        all_sink_lse.fill(f32::NEG_INFINITY);
+        sink_bound(job, item, all_queries, scores, tile_tokens, all_sink_lse);
+    }
+    laps.lap(Phase::QueryTransform);
 
     let end = item.segments.end;
     // The first segment not prefetched yet.
@@ -490,11 +503,20 @@ fn run_item_with(
                     let codec = job.codec.expect("sealed pages imply a codec");
                     let mut kept: [&[u8]; MAX_RUN_PAGES] = [&[]; MAX_RUN_PAGES];
                     let (read, rows) = if job.sparse_v > 0.0 && visible == tile.count {
+                        let sink_lse = &all_sink_lse[kv_head * n_qh..][..n_qh];
+                        for (qh, limit) in limits.iter_mut().enumerate() {
+                            // The sinks' scores in the units of this tile's weights.
+                            let sinks = if sink_lse[qh] == f32::NEG_INFINITY {
+                                0.0
+                            } else {
+                                (sink_lse[qh] - state.m[qh]).exp()
+                            };
+                            *limit = job.sparse_v * (state.l[qh] + sinks);
+                        }
                         let n = keep_weighty_pages(
                             &pages[..n_pages],
                             page_tokens,
-                            job.sparse_v,
-                            state.l,
+                            limits,
                             scores,
                             tile_tokens,
                             &mut kept,
@@ -525,17 +547,18 @@ fn run_item_with(
 }
 
 /// Sparse values: copies into `kept` the pages of a tile (all of their tokens visible) that
-/// some query head gives a weight of at least `threshold · l[head]`, moves their weights to the
-/// front of each head's row of `weights` (`stride` apart), and returns how many there are.
+/// some query head gives a weight of at least `limits[head]`, moves their weights to the front
+/// of each head's row of `weights` (`stride` apart), and returns how many there are.
 ///
-/// `l` is the softmax sum with this tile in it, in the units of the weights, so a weight `w`
-/// below `threshold · l` ends as a probability below `threshold`: the final sum is at least
-/// `l` in those units, whatever later tiles or the other threads' halves add.
+/// A limit is `sparse_v · (l + sinks)`, in the units of the weights: `l`, the softmax sum with
+/// this tile in it, and the sinks' share (for an item that does not hold them, [`sink_bound`])
+/// count disjoint tokens, so the final sum is at least their total, whatever later tiles or
+/// the other threads' items add. A weight below the limit ends as a probability below
+/// `sparse_v`.
 fn keep_weighty_pages<'p>(
     pages: &[&'p [u8]],
     page_tokens: usize,
-    threshold: f32,
-    l: &[f32],
+    limits: &[f32],
     weights: &mut [f32],
     stride: usize,
     kept: &mut [&'p [u8]; MAX_RUN_PAGES],
@@ -543,14 +566,14 @@ fn keep_weighty_pages<'p>(
     let mut n = 0;
     for (i, page) in pages.iter().enumerate() {
         let first = i * page_tokens;
-        let weighty = l.iter().enumerate().any(|(head, &sum)| {
-            max_f32(&weights[head * stride + first..][..page_tokens]) >= threshold * sum
+        let weighty = limits.iter().enumerate().any(|(head, &limit)| {
+            max_f32(&weights[head * stride + first..][..page_tokens]) >= limit
         });
         if !weighty {
             continue;
         }
         if n != i {
-            for head in 0..l.len() {
+            for head in 0..limits.len() {
                 let row = head * stride;
                 weights.copy_within(
                     row + first..row + first + page_tokens,
@@ -562,6 +585,60 @@ fn keep_weighty_pages<'p>(
         n += 1;
     }
     n
+}
+
+/// Sparse values' share of the sinks for an item that does not hold the sink run: writes
+/// `ln Σ e^score` over the sink tokens each query head may see into `lse` (`[kv head][query
+/// head]`; left as it is where there are none), scored in `scores` (`stride` floats a head).
+///
+/// Without it, an item over the later pages of a decode split judges its pages against its own
+/// sum only. The sinks often hold most of a head's weight, so that item kept ~80 % of its
+/// value blocks where the item with the sinks kept ~35 % (SmolLM2-135M, depth 7,680).
+fn sink_bound(
+    job: &AttendJob<'_>,
+    item: &Item,
+    all_queries: &[f32],
+    scores: &mut [f32],
+    stride: usize,
+    lse: &mut [f32],
+) {
+    let (d, page_tokens) = (job.shape.head_dim, job.page_tokens);
+    let n_sink_pages = job.table.sink.pages.len();
+    // A sliding window may leave the sinks out of sight.
+    if n_sink_pages == 0 || item.segments.start < n_sink_pages || job.window.is_some() {
+        return;
+    }
+    // The sink pages whose scores fit one tile's rows.
+    let (mut pages, mut tokens) = (0, 0);
+    while pages < n_sink_pages {
+        let count = job.table.segment(pages, page_tokens).count;
+        if tokens + count > stride {
+            break;
+        }
+        (pages, tokens) = (pages + 1, tokens + count);
+    }
+    let group = job.shape.group_size();
+    let n_qh = item.queries.len() * group;
+    let first_pos = job.start + item.queries.start;
+    for (kv_head, lse) in lse.chunks_mut(n_qh).enumerate() {
+        let queries = &all_queries[kv_head * n_qh * d..][..n_qh * d];
+        let mut first = 0;
+        for index in 0..pages {
+            let seg = job.table.segment(index, page_tokens);
+            let keys = &job.fp16.keys(job.fp16_pool.page(seg.page), kv_head)[..seg.count * d];
+            kv_score::score_f16(keys, d, queries, &mut scores[first..], stride);
+            first += seg.count;
+        }
+        for (qh, lse) in lse.iter_mut().enumerate() {
+            // The sink tokens this query head's position may see.
+            let seen = tokens.min(first_pos + qh / group + 1);
+            let row = &scores[qh * stride..][..seen];
+            let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if m.is_finite() {
+                *lse = m + row.iter().map(|s| (s - m).exp()).sum::<f32>().ln();
+            }
+        }
+    }
 }
 
 /// The tile's pages that hold visible tokens: the tile index of each one's first token, how

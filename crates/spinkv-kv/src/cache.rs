@@ -811,8 +811,32 @@ mod tests {
         assert_ne!(sparse, every_page, "no quiet page was left out");
         assert_eq!(blocks.0 + blocks.1, 40);
         assert!(blocks.1 > 0 && blocks.1 <= 20, "{blocks:?}");
-        // The quiet tokens' share of each head's attention, over the decoded keys.
-        let quiet_share = (0..SHAPE.n_heads)
+        let quiet_share = attention_share(&keys, &q, tokens, quiet);
+        assert!(
+            quiet_share < 0.01,
+            "the quiet pages are not quiet: {quiet_share}"
+        );
+        let largest_value = values.iter().fold(0.0f32, |a, b| a.max(b.abs()));
+        let moved = sparse
+            .iter()
+            .zip(&every_page)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        let allowed =
+            2.0 * quiet_share * largest_value + crate::test_support::attention_tolerance(&config);
+        assert!(moved <= allowed, "moved {moved}, allowed {allowed}");
+    }
+
+    /// The largest share, over query heads, of a head's attention that falls on the tokens
+    /// `picked` says, computed in f64 over the decoded `keys` (`[token][kv head][d]`).
+    fn attention_share(
+        keys: &[f32],
+        q: &[f32],
+        tokens: usize,
+        picked: impl Fn(usize) -> bool,
+    ) -> f32 {
+        let (d, group) = (SHAPE.head_dim, SHAPE.group_size());
+        (0..SHAPE.n_heads)
             .map(|h| {
                 let scores: Vec<f64> = (0..tokens)
                     .map(|t| {
@@ -827,17 +851,75 @@ mod tests {
                     .collect();
                 let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let total: f64 = scores.iter().map(|s| (s - m).exp()).sum();
-                let quiet_sum: f64 = (0..tokens)
-                    .filter(|&t| quiet(t))
+                let share: f64 = (0..tokens)
+                    .filter(|&t| picked(t))
                     .map(|t| (scores[t] - m).exp())
                     .sum();
-                quiet_sum / total
+                share / total
             })
-            .fold(0.0, f64::max) as f32;
-        assert!(
-            quiet_share < 0.01,
-            "the quiet pages are not quiet: {quiet_share}"
-        );
+            .fold(0.0, f64::max) as f32
+    }
+
+    #[test]
+    fn sparse_values_bound_a_split_without_the_sinks_by_them() {
+        let (d, group, width) = (SHAPE.head_dim, SHAPE.group_size(), SHAPE.kv_width());
+        let config = KvConfig {
+            page_tokens: 8,
+            window: 8,
+            sink_tokens: 4,
+            max_tokens: 4096,
+            ..KvConfig::turbo_study()
+        };
+        let mut rng = SplitMix64::new(9);
+        let directions: Vec<Vec<f32>> = (0..SHAPE.n_kv_heads)
+            .map(|_| {
+                let v = normals(&mut rng, d, 1.0);
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.iter().map(|x| x / norm).collect()
+            })
+            .collect();
+        // Four sinks and one loud page late in the history, along each group's query (scores
+        // ~8.5), hold nearly all the attention; every other token scores ~0, so within the
+        // later half of a two-item split every page looks weighty against that half's own sum.
+        let tokens = 4 + 24 * 8 + 8;
+        let loud = |t: usize| t < 4 || (4 + 23 * 8..4 + 24 * 8).contains(&t);
+        let mut k = Vec::with_capacity(tokens * width);
+        for t in 0..tokens {
+            for direction in &directions {
+                let noise = normals(&mut rng, d, 0.1);
+                let along = if loud(t) { 12.0 } else { 0.0 };
+                k.extend(noise.iter().zip(direction).map(|(n, u)| n + along * u));
+            }
+        }
+        let v = normals(&mut rng, tokens * width, 1.0);
+        let q: Vec<f32> = (0..SHAPE.n_heads)
+            .flat_map(|h| directions[h / group].iter().map(|u| 4.0 * u))
+            .collect();
+        let team = std::sync::Arc::new(spinkv_kernels::team::Team::new(2).unwrap());
+        let attend = |threshold: f32| {
+            let mut cache = KvCache::new(
+                SHAPE,
+                KvConfig {
+                    sparse_v: threshold,
+                    ..config.clone()
+                },
+            )
+            .unwrap();
+            cache.append(0, &k, &v).unwrap();
+            cache.set_profiling(true);
+            let mut out = vec![0.0f32; q.len()];
+            team.install(|| cache.attend(0, &q, tokens - 1, &mut out).unwrap());
+            let times = cache.phase_times().unwrap();
+            let blocks = (times.value_blocks_read, times.value_blocks_skipped);
+            (out, blocks, cache.effective_kv(0))
+        };
+        // 24 sealed pages, 2 KV heads.
+        let (every_page, blocks, (keys, values)) = attend(0.0);
+        assert_eq!(blocks, (48, 0));
+        let (sparse, blocks, _) = attend(1e-3);
+        assert_eq!(blocks, (2, 46), "the loud page alone should be read");
+        let rest_share = attention_share(&keys, &q, tokens, |t| !loud(t));
+        assert!(rest_share < 0.05, "the sinks do not dominate: {rest_share}");
         let largest_value = values.iter().fold(0.0f32, |a, b| a.max(b.abs()));
         let moved = sparse
             .iter()
@@ -845,7 +927,7 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max);
         let allowed =
-            2.0 * quiet_share * largest_value + crate::test_support::attention_tolerance(&config);
+            2.0 * rest_share * largest_value + crate::test_support::attention_tolerance(&config);
         assert!(moved <= allowed, "moved {moved}, allowed {allowed}");
     }
 
