@@ -176,7 +176,7 @@ SparseVOption = Annotated[
     option(
         "--sparse-v",
         help="Sparse values: skip a compressed page's values when every attention weight in it "
-        "is below this fraction of the softmax sum (turbo: 0.001; 0 reads every page).",
+        "is below this fraction of the softmax sum (turbo: 0.0003; 0 reads every page).",
         panel=KV_CACHE,
     ),
 ]
