@@ -592,7 +592,7 @@ fn keep_weighty_pages<'p>(
 /// head]`; left as it is where there are none), scored in `scores` (`stride` floats a head).
 ///
 /// Without it, an item over the later pages of a decode split judges its pages against its own
-/// sum only. The sinks often hold most of a head's weight, so that item kept ~80 % of its
+/// sum only. The sinks often hold most of a head's weight, so that item kept ~78 % of its
 /// value blocks where the item with the sinks kept ~35 % (SmolLM2-135M, depth 7,680).
 fn sink_bound(
     job: &AttendJob<'_>,
