@@ -604,8 +604,12 @@ fn sink_bound(
 ) {
     let (d, page_tokens) = (job.shape.head_dim, job.page_tokens);
     let n_sink_pages = job.table.sink.pages.len();
-    // A sliding window may leave the sinks out of sight.
-    if n_sink_pages == 0 || item.segments.start < n_sink_pages || job.window.is_some() {
+    let group = job.shape.group_size();
+    let n_qh = item.queries.len() * group;
+    // Nothing to add without queries or sinks, for the item holding the sinks, or under a
+    // sliding window (which may leave them out of sight).
+    if n_qh == 0 || n_sink_pages == 0 || item.segments.start < n_sink_pages || job.window.is_some()
+    {
         return;
     }
     // The sink pages whose scores fit one tile's rows.
@@ -617,8 +621,6 @@ fn sink_bound(
         }
         (pages, tokens) = (pages + 1, tokens + count);
     }
-    let group = job.shape.group_size();
-    let n_qh = item.queries.len() * group;
     let first_pos = job.start + item.queries.start;
     for (kv_head, lse) in lse.chunks_mut(n_qh).enumerate() {
         let queries = &all_queries[kv_head * n_qh * d..][..n_qh * d];
