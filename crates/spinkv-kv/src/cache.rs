@@ -747,7 +747,7 @@ mod tests {
     /// the quiet pages' share of the attention allows.
     #[test]
     fn sparse_values_leave_out_only_negligible_pages() {
-        let (d, group, width) = (SHAPE.head_dim, SHAPE.group_size(), SHAPE.kv_width());
+        let (d, width) = (SHAPE.head_dim, SHAPE.kv_width());
         let config = KvConfig {
             page_tokens: 8,
             window: 8,
@@ -757,13 +757,7 @@ mod tests {
         let mut rng = SplitMix64::new(5);
         // One unit direction per KV head; its group's queries point along it, and every other
         // page's keys point against it (scores ~ -5.7 where the others' are ~N(0, 0.5)).
-        let directions: Vec<Vec<f32>> = (0..SHAPE.n_kv_heads)
-            .map(|_| {
-                let v = normals(&mut rng, d, 1.0);
-                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                v.iter().map(|x| x / norm).collect()
-            })
-            .collect();
+        let (directions, q) = group_directions(&mut rng);
         let tokens = 20 * 8 + 8;
         let quiet = |t: usize| t < 160 && (t / 8) % 2 == 1;
         let mut k = Vec::with_capacity(tokens * width);
@@ -782,25 +776,7 @@ mod tests {
             }
         }
         let v = normals(&mut rng, tokens * width, 1.0);
-        let q: Vec<f32> = (0..SHAPE.n_heads)
-            .flat_map(|h| directions[h / group].iter().map(|u| 4.0 * u))
-            .collect();
-        let attend = |threshold: f32| {
-            let config = KvConfig {
-                sparse_v: threshold,
-                ..config.clone()
-            };
-            let mut cache = KvCache::new(SHAPE, config).unwrap();
-            for layer in 0..SHAPE.n_layers {
-                cache.append(layer, &k, &v).unwrap();
-            }
-            cache.set_profiling(true);
-            let mut out = vec![0.0f32; q.len()];
-            cache.attend(0, &q, tokens - 1, &mut out).unwrap();
-            let times = cache.phase_times().unwrap();
-            let blocks = (times.value_blocks_read, times.value_blocks_skipped);
-            (out, blocks, cache.effective_kv(0))
-        };
+        let attend = |threshold: f32| sparse_attend(&config, threshold, (&k, &v), &q, None);
         // 20 sealed pages, 2 KV heads; half the pages are quiet.
         let (every_page, blocks, (keys, values)) = attend(0.0);
         assert_eq!(blocks, (40, 0));
@@ -816,14 +792,75 @@ mod tests {
             quiet_share < 0.01,
             "the quiet pages are not quiet: {quiet_share}"
         );
+        assert_moved_within(&sparse, &every_page, quiet_share, &values, &config);
+    }
+
+    /// One random unit direction per KV head, and queries along their group's direction (4 ×
+    /// the unit vector, every head).
+    fn group_directions(rng: &mut SplitMix64) -> (Vec<Vec<f32>>, Vec<f32>) {
+        let d = SHAPE.head_dim;
+        let directions: Vec<Vec<f32>> = (0..SHAPE.n_kv_heads)
+            .map(|_| {
+                let v = normals(rng, d, 1.0);
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.iter().map(|x| x / norm).collect()
+            })
+            .collect();
+        let q = (0..SHAPE.n_heads)
+            .flat_map(|h| directions[h / SHAPE.group_size()].iter().map(|u| 4.0 * u))
+            .collect();
+        (directions, q)
+    }
+
+    /// Layer 0's attention for `q` at the last of the `(k, v)` tokens (every layer holds them)
+    /// with sparse values at `threshold`, on `team` if given: the output, the value blocks read
+    /// and left out, and the cache's decoded keys and values.
+    #[allow(clippy::type_complexity)]
+    fn sparse_attend(
+        config: &KvConfig,
+        threshold: f32,
+        (k, v): (&[f32], &[f32]),
+        q: &[f32],
+        team: Option<&std::sync::Arc<spinkv_kernels::team::Team>>,
+    ) -> (Vec<f32>, (u64, u64), (Vec<f32>, Vec<f32>)) {
+        let config = KvConfig {
+            sparse_v: threshold,
+            ..config.clone()
+        };
+        let tokens = k.len() / SHAPE.kv_width();
+        let mut cache = KvCache::new(SHAPE, config).unwrap();
+        for layer in 0..SHAPE.n_layers {
+            cache.append(layer, k, v).unwrap();
+        }
+        cache.set_profiling(true);
+        let mut out = vec![0.0f32; q.len()];
+        let mut run = || cache.attend(0, q, tokens - 1, &mut out).unwrap();
+        match team {
+            Some(team) => team.install(run),
+            None => run(),
+        }
+        let times = cache.phase_times().unwrap();
+        let blocks = (times.value_blocks_read, times.value_blocks_skipped);
+        (out, blocks, cache.effective_kv(0))
+    }
+
+    /// The sparse output moved from reading every page by at most twice the left-out tokens'
+    /// `share` of the attention × the largest value, plus the codec's tolerance.
+    fn assert_moved_within(
+        sparse: &[f32],
+        every_page: &[f32],
+        share: f32,
+        values: &[f32],
+        config: &KvConfig,
+    ) {
         let largest_value = values.iter().fold(0.0f32, |a, b| a.max(b.abs()));
         let moved = sparse
             .iter()
-            .zip(&every_page)
+            .zip(every_page)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max);
         let allowed =
-            2.0 * quiet_share * largest_value + crate::test_support::attention_tolerance(&config);
+            2.0 * share * largest_value + crate::test_support::attention_tolerance(config);
         assert!(moved <= allowed, "moved {moved}, allowed {allowed}");
     }
 
@@ -862,7 +899,7 @@ mod tests {
 
     #[test]
     fn sparse_values_bound_a_split_without_the_sinks_by_them() {
-        let (d, group, width) = (SHAPE.head_dim, SHAPE.group_size(), SHAPE.kv_width());
+        let (d, width) = (SHAPE.head_dim, SHAPE.kv_width());
         let config = KvConfig {
             page_tokens: 8,
             window: 8,
@@ -871,13 +908,7 @@ mod tests {
             ..KvConfig::turbo_study()
         };
         let mut rng = SplitMix64::new(9);
-        let directions: Vec<Vec<f32>> = (0..SHAPE.n_kv_heads)
-            .map(|_| {
-                let v = normals(&mut rng, d, 1.0);
-                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                v.iter().map(|x| x / norm).collect()
-            })
-            .collect();
+        let (directions, q) = group_directions(&mut rng);
         // Four sinks and one loud page late in the history, along each group's query (scores
         // ~8.5), hold nearly all the attention; every other token scores ~0, so within the
         // later half of a two-item split every page looks weighty against that half's own sum.
@@ -892,27 +923,8 @@ mod tests {
             }
         }
         let v = normals(&mut rng, tokens * width, 1.0);
-        let q: Vec<f32> = (0..SHAPE.n_heads)
-            .flat_map(|h| directions[h / group].iter().map(|u| 4.0 * u))
-            .collect();
         let team = std::sync::Arc::new(spinkv_kernels::team::Team::new(2).unwrap());
-        let attend = |threshold: f32| {
-            let mut cache = KvCache::new(
-                SHAPE,
-                KvConfig {
-                    sparse_v: threshold,
-                    ..config.clone()
-                },
-            )
-            .unwrap();
-            cache.append(0, &k, &v).unwrap();
-            cache.set_profiling(true);
-            let mut out = vec![0.0f32; q.len()];
-            team.install(|| cache.attend(0, &q, tokens - 1, &mut out).unwrap());
-            let times = cache.phase_times().unwrap();
-            let blocks = (times.value_blocks_read, times.value_blocks_skipped);
-            (out, blocks, cache.effective_kv(0))
-        };
+        let attend = |threshold: f32| sparse_attend(&config, threshold, (&k, &v), &q, Some(&team));
         // 24 sealed pages, 2 KV heads.
         let (every_page, blocks, (keys, values)) = attend(0.0);
         assert_eq!(blocks, (48, 0));
@@ -920,15 +932,7 @@ mod tests {
         assert_eq!(blocks, (2, 46), "the loud page alone should be read");
         let rest_share = attention_share(&keys, &q, tokens, |t| !loud(t));
         assert!(rest_share < 0.05, "the sinks do not dominate: {rest_share}");
-        let largest_value = values.iter().fold(0.0f32, |a, b| a.max(b.abs()));
-        let moved = sparse
-            .iter()
-            .zip(&every_page)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
-        let allowed =
-            2.0 * rest_share * largest_value + crate::test_support::attention_tolerance(&config);
-        assert!(moved <= allowed, "moved {moved}, allowed {allowed}");
+        assert_moved_within(&sparse, &every_page, rest_share, &values, &config);
     }
 
     #[test]
