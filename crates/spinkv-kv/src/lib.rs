@@ -3,7 +3,8 @@
 //! Layers of this crate, each using only the ones below it:
 //! `cache` (public `KvCache`: validation, lifecycle) → `table` (per-layer page tables) and
 //! `attend` (streaming attention over pages) → `codec` (page formats, attention from codes) →
-//! `page` (header format) and `pool` (page bookkeeping) → `kernels` (f32/f16 loops).
+//! `page` (header format) and `pool` (page bookkeeping, in slabs from `huge_pages`) → `kernels`
+//! (f32/f16 loops).
 //! Beside the cache manager: `lifecycle` (checkpoint/rollback, page retirement, reservation),
 //! `snapshot` (pages out and back in, validated), `identity` (what must match for reuse) and
 //! `options` (presets and overrides as front ends pass them).
@@ -14,6 +15,7 @@ mod codebook;
 mod codec;
 mod config;
 mod error;
+pub mod huge_pages;
 pub mod identity;
 mod kernels;
 mod lifecycle;

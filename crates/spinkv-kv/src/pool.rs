@@ -52,15 +52,8 @@ enum SlabMemory {
 
 impl SlabMemory {
     fn new(bytes: usize) -> Self {
-        match memmap2::MmapOptions::new().len(bytes).map_anon() {
-            Ok(map) => {
-                #[cfg(target_os = "linux")]
-                {
-                    // Only a hint: without transparent huge pages the slab sits in 4 KiB pages.
-                    let _ = map.advise(memmap2::Advice::HugePage);
-                }
-                SlabMemory::Mapped(map)
-            }
+        match crate::huge_pages::map_anonymous(bytes) {
+            Ok(map) => SlabMemory::Mapped(map),
             Err(_) => SlabMemory::heap(bytes),
         }
     }
@@ -144,7 +137,7 @@ impl PagePool {
                 PageId(index)
             }
         };
-        let s = id.index() / self.per_slab;
+        let s = self.slab_of(id);
         if s >= self.slabs.len() {
             self.slabs.resize_with(s + 1, || None);
         }
@@ -171,7 +164,7 @@ impl PagePool {
         while self.allocated() > keep {
             let Some(id) = self.free.pop() else { break };
             self.vacant.push(id);
-            let s = id.index() / self.per_slab;
+            let s = self.slab_of(id);
             let slab = self.slabs[s].as_mut().expect("a free page has memory");
             slab.live -= 1;
             if slab.live == 0 {
@@ -188,10 +181,18 @@ impl PagePool {
         self.free.push(id);
     }
 
+    /// The slab page `id` sits in.
+    fn slab_of(&self, id: PageId) -> usize {
+        id.index() / self.per_slab
+    }
+
     /// Where page `id` sits: its slab and the byte range inside it.
     fn place(&self, id: PageId) -> (usize, std::ops::Range<usize>) {
-        let (s, i) = (id.index() / self.per_slab, id.index() % self.per_slab);
-        (s, i * self.page_bytes..(i + 1) * self.page_bytes)
+        let i = id.index() % self.per_slab;
+        (
+            self.slab_of(id),
+            i * self.page_bytes..(i + 1) * self.page_bytes,
+        )
     }
 
     pub(crate) fn page(&self, id: PageId) -> &[u8] {

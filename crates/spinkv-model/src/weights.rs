@@ -168,12 +168,7 @@ fn read_to_huge_pages(file: &std::fs::File) -> std::io::Result<Mmap> {
         // SAFETY: a read-only map of an empty file: there are no bytes to change under us.
         return unsafe { MmapOptions::new().map(file) };
     }
-    let mut memory = MmapOptions::new().len(len).map_anon()?;
-    #[cfg(target_os = "linux")]
-    {
-        // Only a hint: without transparent huge pages the bytes sit in 4 KiB pages.
-        let _ = memory.advise(memmap2::Advice::HugePage);
-    }
+    let mut memory = spinkv_kv::huge_pages::map_anonymous(len)?;
     let mut reader = file;
     reader.read_exact(&mut memory[..len])?;
     let mut tail = [0u8; 1];
