@@ -97,22 +97,33 @@ pub fn pump_rows(rows: usize) {
 }
 
 /// Issues up to `lines` queued cache lines; returns at once when nothing is queued.
+///
+/// The scan kernels call this once per block of 16 rows, so it settles the count once and
+/// walks each range's lines in a plain loop: bookkeeping per line, as before, cost ~2 % of a
+/// decode's attention at depth 7,680 (in-process A/B, SmolLM2-135M F16, turbo, AMD EPYC Zen 4:
+/// attention B/A 0.975, 0.958, 0.997 with this loop).
 #[inline]
 pub fn pump(lines: usize) {
     QUEUE.with(|queue| {
         let queue = &mut *queue.borrow_mut();
-        let mut left = lines;
-        while left > 0 && queue.len > 0 {
+        let mut left = lines.min(queue.lines);
+        queue.lines -= left;
+        while left > 0 {
             let head = queue.head;
             let (next, end) = queue.ranges[head];
-            line(next as *const u8);
-            left -= 1;
-            queue.lines -= 1;
-            if next + LINE >= end {
+            // `lines` counts every range's lines from `next`, so a range left over here has
+            // at least one.
+            let in_range = (end - next).div_ceil(LINE);
+            let n = left.min(in_range);
+            for i in 0..n {
+                line((next + i * LINE) as *const u8);
+            }
+            left -= n;
+            if n == in_range {
                 queue.head = (head + 1) % QUEUE_RANGES;
                 queue.len -= 1;
             } else {
-                queue.ranges[head].0 = next + LINE;
+                queue.ranges[head].0 = next + n * LINE;
             }
         }
     })
@@ -177,6 +188,49 @@ mod tests {
             super::prefetch_read(&bytes[..len]);
         }
         assert!(bytes.iter().all(|&b| b == 7));
+    }
+
+    /// Against a model (a list of every queued line, oldest first): random ranges and pumps
+    /// leave the same lines queued, so nothing is issued twice or skipped.
+    #[test]
+    fn pumping_takes_lines_oldest_first() {
+        let mut rng = crate::test_util::Rng::new(11);
+        let base = 1usize << 20;
+        for _ in 0..50 {
+            super::clear();
+            let mut model: std::collections::VecDeque<usize> = Default::default();
+            for _ in 0..40 {
+                if rng.below(3) == 0 || model.is_empty() {
+                    if super::QUEUE.with(|q| q.borrow().len) == super::QUEUE_RANGES {
+                        continue;
+                    }
+                    let start = base + rng.below(4096) as usize;
+                    let len = 1 + rng.below(700) as usize;
+                    let range = (start, start + len);
+                    super::QUEUE.with(|q| {
+                        let mut q = q.borrow_mut();
+                        let at = (q.head + q.len) % super::QUEUE_RANGES;
+                        q.ranges[at] = range;
+                        q.len += 1;
+                        q.lines += len.div_ceil(super::LINE);
+                    });
+                    model.extend((start..start + len).step_by(super::LINE));
+                } else {
+                    let n = rng.below(12) as usize;
+                    super::pump(n);
+                    for _ in 0..n.min(model.len()) {
+                        model.pop_front();
+                    }
+                }
+                assert_eq!(super::queued_lines(), model.len());
+                let next = super::QUEUE.with(|q| {
+                    let q = q.borrow();
+                    (q.len > 0).then(|| q.ranges[q.head].0)
+                });
+                assert_eq!(next, model.front().copied());
+            }
+        }
+        super::clear();
     }
 
     /// The queue hands out every line of what was queued, oldest first, and takes more ranges
