@@ -667,6 +667,42 @@ mod tests {
         ]
     }
 
+    /// The decode split's cost runs are the segments' costs (fp16 pages, partial ones
+    /// included, at `FP16_TOKEN_COST` a token, sealed pages at one), at every length from empty
+    /// through sinks, sealed pages and a partly filled window.
+    #[test]
+    fn cost_runs_follow_the_segments() {
+        use crate::table::PageKind;
+        for config in configs() {
+            let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
+            let mut rng = SplitMix64::new(9);
+            let width = SHAPE.kv_width();
+            for step in 0..70 {
+                let table = cache.table(0).unwrap();
+                let p = config.page_tokens;
+                let expanded: Vec<usize> = crate::attend::cost_runs(table, p)
+                    .into_iter()
+                    .flat_map(|(k, each)| std::iter::repeat_n(each, k))
+                    .collect();
+                let walked: Vec<usize> = (0..table.segment_count())
+                    .map(|i| {
+                        let seg = table.segment(i, p);
+                        match seg.kind {
+                            PageKind::Fp16 => crate::attend::FP16_TOKEN_COST * seg.count,
+                            PageKind::Sealed => seg.count,
+                        }
+                    })
+                    .collect();
+                assert_eq!(expanded, walked, "{config:?} after {step} tokens");
+                let k = normals(&mut rng, width, 1.0);
+                let v = normals(&mut rng, width, 1.0);
+                for layer in 0..SHAPE.n_layers {
+                    cache.append(layer, &k, &v).unwrap();
+                }
+            }
+        }
+    }
+
     /// Profiling times every phase a compressed cache goes through and changes no output.
     #[test]
     fn profiling_times_the_phases_and_changes_nothing() {
