@@ -42,11 +42,29 @@ pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 15;
 /// SmolLM2-135M Q8_0, turbo; no difference measured at depth 7,680).
 const ITEMS_PER_THREAD: usize = 2;
 
-/// What scanning one token of an fp16 page costs, in tokens of sealed pages: decode splits the
-/// pages between threads by this cost, not by count, so the thread that gets the fp16 window
-/// is not the last to finish. Thread-ms per token of context on an AMD EPYC Zen 4 (SmolLM2-135M,
-/// all layers): fp16 pages 5.0 µs (depth 512), turbo sealed pages 1.7 µs (depth 7,680).
-pub(crate) const FP16_TOKEN_COST: usize = 3;
+/// Units of split cost a token of a sealed page costs (the unit makes fractional fp16 costs
+/// integers).
+pub(crate) const SEALED_TOKEN_COST: usize = 4;
+
+/// What scanning one token of an fp16 page costs, in [`SEALED_TOKEN_COST`] units, next to
+/// `sealed` tokens of sealed pages: decode splits the pages between threads by this cost, not
+/// by count, so the thread that gets the fp16 window is not the last to finish.
+///
+/// Three sealed tokens up to 3,840 sealed tokens: thread-ms per token of context on an AMD EPYC
+/// Zen 4 (SmolLM2-135M, all layers), fp16 pages 5.0 µs (depth 512), turbo sealed pages 1.7 µs
+/// (depth 7,680). Deeper, sparse values leave out more and more of the older pages' values,
+/// in the later layers especially, while the newest sealed pages (with the window, in the last
+/// item) are still read: at depth 7,680 the last item ran 21–36 µs longer than the first in
+/// each of layers 12–29 (1–4 µs in layers 0–8). So the cost rises linearly to six sealed
+/// tokens at 7,680 sealed tokens. In-process A/B of decode attention at depth 7,680 (six
+/// against three, turbo, 2 threads): licence mix 0.971, 0.969; code 0.953; bash manual 0.973;
+/// and at 7 (perldiag) 0.960; at depth 6,000 (five) 0.956. Kept at three below: at 2,048, five
+/// to seven ran 1.03–1.14 slower.
+pub(crate) fn fp16_token_cost(sealed: usize) -> usize {
+    const FROM: usize = 3840;
+    let ramp = sealed.saturating_sub(FROM).min(FROM);
+    3 * SEALED_TOKEN_COST + 3 * SEALED_TOKEN_COST * ramp / FROM
+}
 
 /// Tokens of sealed pages scanned as one tile: consecutive sealed pages are scored, folded
 /// into the softmax and accumulated together (up to [`MAX_RUN_PAGES`] pages), so the per-call
@@ -288,18 +306,19 @@ fn plan_items(n: usize, runs: &[(usize, usize)], target: usize) -> Vec<Item> {
 }
 
 /// What scanning each segment of a layer costs, as runs of `(segments, cost of each)` in
-/// segment order: every fp16 page on its own ([`FP16_TOKEN_COST`] a token; a run's last page
+/// segment order: every fp16 page on its own ([`fp16_token_cost`] a token; a run's last page
 /// may be short), the sealed pages as one run. A decode split reads these instead of
 /// building every segment (~2 µs a call at depth 7,680, ~1.5 % of its attention).
 pub(crate) fn cost_runs(table: &LayerTable, page_tokens: usize) -> Vec<(usize, usize)> {
     let mut runs = Vec::with_capacity(table.fp16_pages() + 1);
+    let fp16_cost = fp16_token_cost(table.sealed.len() * page_tokens);
     let fp16 = |run: &crate::table::TokenRun, runs: &mut Vec<(usize, usize)>| {
         for page in 0..run.pages.len() {
-            runs.push((1, FP16_TOKEN_COST * run.count_of(page, page_tokens)));
+            runs.push((1, fp16_cost * run.count_of(page, page_tokens)));
         }
     };
     fp16(&table.sink, &mut runs);
-    runs.push((table.sealed.len(), page_tokens));
+    runs.push((table.sealed.len(), SEALED_TOKEN_COST * page_tokens));
     fp16(&table.window, &mut runs);
     runs
 }

@@ -668,8 +668,8 @@ mod tests {
     }
 
     /// The decode split's cost runs are the segments' costs (fp16 pages, partial ones
-    /// included, at `FP16_TOKEN_COST` a token, sealed pages at one), at every length from empty
-    /// through sinks, sealed pages and a partly filled window.
+    /// included, at `fp16_token_cost` a token, sealed pages at `SEALED_TOKEN_COST`), at every
+    /// length from empty through sinks, sealed pages and a partly filled window.
     #[test]
     fn cost_runs_follow_the_segments() {
         use crate::table::PageKind;
@@ -680,6 +680,7 @@ mod tests {
             for step in 0..70 {
                 let table = cache.table(0).unwrap();
                 let p = config.page_tokens;
+                let fp16_cost = crate::attend::fp16_token_cost(table.sealed.len() * p);
                 let expanded: Vec<usize> = crate::attend::cost_runs(table, p)
                     .into_iter()
                     .flat_map(|(k, each)| std::iter::repeat_n(each, k))
@@ -688,8 +689,8 @@ mod tests {
                     .map(|i| {
                         let seg = table.segment(i, p);
                         match seg.kind {
-                            PageKind::Fp16 => crate::attend::FP16_TOKEN_COST * seg.count,
-                            PageKind::Sealed => seg.count,
+                            PageKind::Fp16 => fp16_cost * seg.count,
+                            PageKind::Sealed => crate::attend::SEALED_TOKEN_COST * seg.count,
                         }
                     })
                     .collect();
