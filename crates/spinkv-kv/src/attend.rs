@@ -308,7 +308,7 @@ fn plan_items(n: usize, runs: &[(usize, usize)], target: usize) -> Vec<Item> {
 /// What scanning each segment of a layer costs, as runs of `(segments, cost of each)` in
 /// segment order: every fp16 page on its own ([`fp16_token_cost`] a token; a run's last page
 /// may be short), the sealed pages as one run. A decode split reads these instead of
-/// building every segment (~2 µs a call at depth 7,680, ~1.5 % of its attention).
+/// building every segment (1–2 µs a call at depth 7,680, ~1 % of its attention).
 pub(crate) fn cost_runs(table: &LayerTable, page_tokens: usize) -> Vec<(usize, usize)> {
     let mut runs = Vec::with_capacity(table.fp16_pages() + 1);
     let fp16_cost = fp16_token_cost(table.sealed.len() * page_tokens);
