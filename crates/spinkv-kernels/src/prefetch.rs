@@ -195,7 +195,8 @@ mod tests {
     #[test]
     fn pumping_takes_lines_oldest_first() {
         let mut rng = crate::test_util::Rng::new(11);
-        let base = 1usize << 20;
+        let bytes = vec![5u8; 4096 + 700];
+        let base = bytes.as_ptr() as usize;
         for _ in 0..50 {
             super::clear();
             let mut model: std::collections::VecDeque<usize> = Default::default();
@@ -204,17 +205,10 @@ mod tests {
                     if super::QUEUE.with(|q| q.borrow().len) == super::QUEUE_RANGES {
                         continue;
                     }
-                    let start = base + rng.below(4096) as usize;
+                    let at = rng.below(4096) as usize;
                     let len = 1 + rng.below(700) as usize;
-                    let range = (start, start + len);
-                    super::QUEUE.with(|q| {
-                        let mut q = q.borrow_mut();
-                        let at = (q.head + q.len) % super::QUEUE_RANGES;
-                        q.ranges[at] = range;
-                        q.len += 1;
-                        q.lines += len.div_ceil(super::LINE);
-                    });
-                    model.extend((start..start + len).step_by(super::LINE));
+                    super::enqueue(&bytes[at..at + len]);
+                    model.extend((base + at..base + at + len).step_by(super::LINE));
                 } else {
                     let n = rng.below(12) as usize;
                     super::pump(n);
@@ -231,6 +225,7 @@ mod tests {
             }
         }
         super::clear();
+        assert!(bytes.iter().all(|&b| b == 5));
     }
 
     /// The queue hands out every line of what was queued, oldest first, and takes more ranges
