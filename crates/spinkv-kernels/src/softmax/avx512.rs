@@ -51,3 +51,47 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     }
     reduce16(vsum)
 }
+
+/// One pass: each block's four vectors are loaded, checked against the cap together, and only
+/// then exponentiated and summed (lane `l` still takes elements `l, l + 16, ...` in order, so
+/// the sum is the reference's).
+///
+/// # Safety
+/// CPU must support AVX-512 F/BW/VL (+AVX2/FMA/F16C).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32) {
+    const VECTORS: usize = super::CAP_BLOCK / 16;
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let (vm, vcap) = (_mm512_set1_ps(m), _mm512_set1_ps(cap));
+    let below = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut vsum = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < n {
+        let mut v = [below; VECTORS];
+        let mut masks: [__mmask16; VECTORS] = [0; VECTORS];
+        for (k, (v, mask)) in v.iter_mut().zip(&mut masks).enumerate() {
+            let at = i + 16 * k;
+            if at < n {
+                *mask = tail_mask((n - at).min(16));
+                // SAFETY: the masked lanes stay below n; the others read as -inf.
+                *v = unsafe { _mm512_mask_loadu_ps(below, *mask, p.add(at)) };
+            }
+        }
+        let top = _mm512_max_ps(_mm512_max_ps(v[0], v[1]), _mm512_max_ps(v[2], v[3]));
+        if _mm512_cmp_ps_mask::<_CMP_GT_OQ>(top, vcap) != 0 {
+            break;
+        }
+        for (k, (v, mask)) in v.iter().zip(&masks).enumerate() {
+            if *mask == 0 {
+                break;
+            }
+            let e = exp(_mm512_sub_ps(*v, vm));
+            // SAFETY: as the load.
+            unsafe { _mm512_mask_storeu_ps(p.add(i + 16 * k), *mask, e) };
+            vsum = _mm512_mask_add_ps(vsum, *mask, vsum, e);
+        }
+        i += super::CAP_BLOCK;
+    }
+    (i.min(n), reduce16(vsum))
+}

@@ -29,6 +29,41 @@ pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     unsafe { exp_sub_sum_on(active_isa(), x, m) }
 }
 
+/// Scores per check of [`exp_sub_sum_capped`].
+pub const CAP_BLOCK: usize = 64;
+
+/// [`exp_sub_sum`] over the longest prefix of `x` made of whole [`CAP_BLOCK`]-score blocks
+/// (the last one may be shorter) none of whose scores is above `cap`; returns the prefix's
+/// length and sum (the canonical sum of [`exp_sub_sum`] over the prefix). The rest of `x` is
+/// left as it is. Streaming attention calls it with the running max as `m` and a headroom
+/// above it as `cap`: a tile whose scores stay under the cap needs no max pass of its own.
+/// `m` must be finite.
+pub fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32) {
+    // SAFETY: as above.
+    unsafe { exp_sub_sum_capped_on(active_isa(), x, m, cap) }
+}
+
+/// How many of `x`'s leading scores [`exp_sub_sum_capped`] takes, found with `max` (an ISA's
+/// `max_f32`): the blocks before the first one whose max is above `cap`.
+#[inline(always)]
+pub(crate) fn capped_prefix(x: &[f32], cap: f32, max: impl Fn(&[f32]) -> f32) -> usize {
+    x.chunks(CAP_BLOCK)
+        .take_while(|block| max(block) <= cap)
+        .map(<[f32]>::len)
+        .sum()
+}
+
+/// # Safety
+/// `isa` must run on this CPU.
+pub(crate) unsafe fn exp_sub_sum_capped_on(
+    isa: Isa,
+    x: &mut [f32],
+    m: f32,
+    cap: f32,
+) -> (usize, f32) {
+    dispatch!(isa, exp_sub_sum_capped(x, m, cap))
+}
+
 /// # Safety
 /// `isa` must run on this CPU.
 pub(crate) unsafe fn max_f32_on(isa: Isa, x: &[f32]) -> f32 {
@@ -69,6 +104,31 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         canonical(isa, &[sum_got], &[sum_expected], sum_expected, &|| {
             format!("exp_sub_sum sum n={n}")
         })?;
+        // Capped: one score above the cap in a later block, or none; the prefix and its sum
+        // as the reference's, the rest untouched.
+        for above in [None, Some(n / 2), Some(n.saturating_sub(1)), Some(0)] {
+            let mut x = x.clone();
+            let cap = 30.0;
+            if let Some(at) = above.filter(|&at| at < n) {
+                x[at] = cap + 1.0;
+            }
+            let (mut want, mut got) = (x.clone(), x.clone());
+            let (done_want, sum_want) = scalar::exp_sub_sum_capped(&mut want, max, cap);
+            // SAFETY: as above.
+            let (done_got, sum_got) = unsafe { exp_sub_sum_capped_on(isa, &mut got, max, cap) };
+            let what = || format!("exp_sub_sum_capped n={n} above={above:?}");
+            if done_got != done_want {
+                return Err(format!(
+                    "{}: {done_got} scores done, want {done_want}",
+                    what()
+                ));
+            }
+            if x[done_got..] != got[done_got..] {
+                return Err(format!("{}: scores past the prefix changed", what()));
+            }
+            canonical(isa, &got, &want, 1.0, &what)?;
+            canonical(isa, &[sum_got], &[sum_want], sum_want, &what)?;
+        }
     }
     Ok(())
 }
@@ -87,6 +147,19 @@ mod tests {
             softmax_inplace(&mut []);
         }
         crate::set_isa(crate::detected_isa()).unwrap();
+    }
+
+    #[test]
+    fn capped_stops_before_the_block_above_the_cap() {
+        let mut x = vec![0.0f32; 3 * CAP_BLOCK + 5];
+        x[2 * CAP_BLOCK + 7] = 9.0;
+        let (done, sum) = scalar::exp_sub_sum_capped(&mut x, 0.0, 8.0);
+        assert_eq!(done, 2 * CAP_BLOCK);
+        assert_eq!(sum, (2 * CAP_BLOCK) as f32);
+        assert_eq!(x[done + 7], 9.0, "past the prefix, scores stay");
+        assert_eq!(x[done], 0.0);
+        let (all, _) = scalar::exp_sub_sum_capped(&mut x[done..], 0.0, 9.0);
+        assert_eq!(all, CAP_BLOCK + 5, "a cap at the max takes every block");
     }
 
     #[test]

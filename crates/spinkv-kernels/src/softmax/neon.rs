@@ -55,3 +55,13 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
         reduce16(acc)
     }
 }
+
+/// The blocks under the cap, then one pass over them (as the reference).
+///
+/// # Safety
+/// aarch64.
+pub unsafe fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32) {
+    // SAFETY (both): aarch64, the caller's contract.
+    let done = super::capped_prefix(x, cap, |block| unsafe { max_f32(block) });
+    (done, unsafe { exp_sub_sum(&mut x[..done], m) })
+}

@@ -11,3 +11,9 @@ pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     }
     crate::canon::sum(x)
 }
+
+/// The blocks under the cap, then one canonical pass over them.
+pub fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32) {
+    let done = super::capped_prefix(x, cap, max_f32);
+    (done, exp_sub_sum(&mut x[..done], m))
+}

@@ -41,3 +41,13 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     }
     sum
 }
+
+/// The blocks under the cap, then one pass over them (as the reference).
+///
+/// # Safety
+/// None beyond the slice.
+pub unsafe fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32) {
+    // SAFETY (both): nothing beyond the slices.
+    let done = super::capped_prefix(x, cap, |block| unsafe { max_f32(block) });
+    (done, unsafe { exp_sub_sum(&mut x[..done], m) })
+}
