@@ -19,17 +19,18 @@ pub unsafe fn decode_log_u8(codes: &[u8], lo: f32, step: f32, out: &mut [f32]) {
             let raw = _mm_maskz_loadu_epi8(m, codes.as_ptr().add(i) as *const i8);
             let c = _mm512_cvtepu8_epi32(raw);
             let cm1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(1)));
-            let v = exp2(_mm512_add_ps(vlo, _mm512_mul_ps(cm1, vstep)));
             let nonzero = _mm512_test_epi32_mask(c, c);
-            _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), m, _mm512_maskz_mov_ps(nonzero, v));
+            let v = exp2(nonzero, _mm512_add_ps(vlo, _mm512_mul_ps(cm1, vstep)));
+            _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), m, v);
         }
         i += 16;
     }
 }
 
+/// `exp2` of the lanes in `keep`, 0 in the others.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-fn exp2(x: __m512) -> __m512 {
+fn exp2(keep: __mmask16, x: __m512) -> __m512 {
     let x = _mm512_min_ps(
         _mm512_max_ps(x, _mm512_set1_ps(EXP2_MIN)),
         _mm512_set1_ps(EXP2_MAX),
@@ -44,11 +45,10 @@ fn exp2(x: __m512) -> __m512 {
         p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(c));
     }
     let two_r = _mm512_add_ps(_mm512_set1_ps(1.0), _mm512_mul_ps(r, p));
-    let two_n = _mm512_slli_epi32::<23>(_mm512_add_epi32(
-        _mm512_cvttps_epi32(n),
-        _mm512_set1_epi32(127),
-    ));
-    _mm512_mul_ps(two_r, _mm512_castsi512_ps(two_n))
+    // `two_r · 2^n` in one instruction: n is an integer in [-126, 127] after the clamp, so 2^n
+    // is a normal float and this is the one rounding of the product the other ISAs take with
+    // 2^n built from its exponent bits.
+    _mm512_maskz_scalef_ps(keep, two_r, n)
 }
 
 /// # Safety
