@@ -52,7 +52,7 @@ pub use matmul::matmul;
 pub use matvec::matvec;
 pub use rmsnorm::rmsnorm;
 pub use rope::{rope, rope_tables};
-pub use softmax::{exp_sub_sum, exp_sub_sum_capped, max_f32, softmax_inplace};
+pub use softmax::{blocks_reaching, exp_sub_sum, exp_sub_sum_capped, max_f32, softmax_inplace};
 pub use splitmix::splitmix64;
 pub use swiglu::swiglu;
 pub use vec_f16::{axpy_f16, dot_f16};

@@ -5,5 +5,5 @@ pub(crate) use spinkv_kernels::codes::{self, CodeLayout, Levels};
 pub(crate) use spinkv_kernels::prefetch;
 pub(crate) use spinkv_kernels::scratch::with_floats;
 pub(crate) use spinkv_kernels::{axpy_f32, f16_to_f32, f32_to_f16, scale_f32};
-pub(crate) use spinkv_kernels::{exp_sub_sum, exp_sub_sum_capped, max_f32};
+pub(crate) use spinkv_kernels::{blocks_reaching, exp_sub_sum, exp_sub_sum_capped, max_f32};
 pub(crate) use spinkv_kernels::{fwht, kv_accumulate, kv_score, quantize, scales};

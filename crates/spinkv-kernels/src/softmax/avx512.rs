@@ -95,3 +95,41 @@ pub unsafe fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32
     }
     (i.min(n), reduce16(vsum))
 }
+
+/// A block's rows are compared 16 weights at a time (masked at the block's end); the first row
+/// that reaches its limit settles the block.
+///
+/// # Safety
+/// CPU must support AVX-512 F/BW/VL (+AVX2/FMA/F16C); shapes as `super::blocks_reaching`
+/// checks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn blocks_reaching(
+    x: &[f32],
+    stride: usize,
+    block: usize,
+    blocks: usize,
+    limits: &[f32],
+) -> u64 {
+    let p = x.as_ptr();
+    let mut found = 0u64;
+    for b in 0..blocks {
+        for (r, &limit) in limits.iter().enumerate() {
+            let row = r * stride + b * block;
+            let vlimit = _mm512_set1_ps(limit);
+            let mut hit: __mmask16 = 0;
+            let mut j = 0;
+            while j < block {
+                let mask = tail_mask((block - j).min(16));
+                // SAFETY: the masked lanes lie inside row r's block b (checked by the caller).
+                let w = unsafe { _mm512_maskz_loadu_ps(mask, p.add(row + j)) };
+                hit |= _mm512_mask_cmp_ps_mask::<_CMP_GE_OQ>(mask, w, vlimit);
+                j += 16;
+            }
+            if hit != 0 {
+                found |= 1 << b;
+                break;
+            }
+        }
+    }
+    found
+}

@@ -53,6 +53,41 @@ pub(crate) fn capped_prefix(x: &[f32], cap: f32, max: impl Fn(&[f32]) -> f32) ->
         .sum()
 }
 
+/// Which of `blocks` blocks of `block` columns hold a weight of at least its row's limit: bit
+/// `b` is set when some row `r < limits.len()` has `x[r·stride + b·block + j] ≥ limits[r]` for
+/// some `j < block`. Sparse values ask this of a tile's pages (a block a page, a row a query
+/// head) in one call instead of a max per page and head.
+pub fn blocks_reaching(
+    x: &[f32],
+    stride: usize,
+    block: usize,
+    blocks: usize,
+    limits: &[f32],
+) -> u64 {
+    assert!(blocks <= 64, "blocks_reaching: more than 64 blocks");
+    if let Some(last) = limits.len().checked_sub(1) {
+        assert!(
+            x.len() >= last * stride + blocks * block && (last == 0 || blocks * block <= stride),
+            "blocks_reaching: rows shorter than the blocks"
+        );
+    }
+    // SAFETY: as above; shapes checked.
+    unsafe { blocks_reaching_on(active_isa(), x, stride, block, blocks, limits) }
+}
+
+/// # Safety
+/// `isa` must run on this CPU; shapes as [`blocks_reaching`] checks.
+pub(crate) unsafe fn blocks_reaching_on(
+    isa: Isa,
+    x: &[f32],
+    stride: usize,
+    block: usize,
+    blocks: usize,
+    limits: &[f32],
+) -> u64 {
+    dispatch!(isa, blocks_reaching(x, stride, block, blocks, limits))
+}
+
 /// # Safety
 /// `isa` must run on this CPU.
 pub(crate) unsafe fn exp_sub_sum_capped_on(
@@ -128,6 +163,25 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             }
             canonical(isa, &got[..done_got], &want[..done_want], 1.0, &what)?;
             canonical(isa, &[sum_got], &[sum_want], sum_want, &what)?;
+        }
+    }
+    // Blocks reaching: each block's one weight at the limit (or a hair below), by row.
+    let (stride, block, blocks) = (100, 32, 3);
+    for rows in [1usize, 3] {
+        for case in 0..(rows * blocks * 2) {
+            let mut w = vec![0.25f32; rows * stride];
+            let limits: Vec<f32> = (0..rows).map(|r| 1.0 + r as f32).collect();
+            let (r, b, below) = (case / (blocks * 2), case / 2 % blocks, case % 2 == 1);
+            let at = r * stride + b * block + (case * 7) % block;
+            w[at] = if below { limits[r] * 0.999 } else { limits[r] };
+            let want = scalar::blocks_reaching(&w, stride, block, blocks, &limits);
+            // SAFETY: as above; 3 blocks of 32 fit rows of 100.
+            let got = unsafe { blocks_reaching_on(isa, &w, stride, block, blocks, &limits) };
+            if got != want || want != u64::from(!below) << b {
+                return Err(format!(
+                    "blocks_reaching rows={rows} case={case}: {got:b} vs {want:b}"
+                ));
+            }
         }
     }
     Ok(())
