@@ -25,7 +25,7 @@ use crate::kernels::{
     prefetch, scale_f32,
 };
 use crate::pool::PagePool;
-use crate::profile::{timed, Laps, Phase, PhaseCounters};
+use crate::profile::{Laps, Phase, PhaseCounters};
 use crate::table::{LayerTable, PageKind, Segment};
 
 /// Below this many multiply-adds (`queries · heads · context · head_dim`) attention runs on the
@@ -156,8 +156,9 @@ impl<'a> Partial<'a> {
         }
     }
 
-    /// Folds `other` (same query heads, a disjoint set of keys) into `self`.
-    fn merge(&mut self, other: &Partial<'_>, d: usize) {
+    /// Folds `other` (same query heads, a disjoint set of keys) into `self`: the plain
+    /// accumulators only, the codec's domain having been finished into them (`run_item_with`).
+    fn merge_plain(&mut self, other: &Partial<'_>, d: usize) {
         for qh in 0..self.m.len() {
             let m = self.m[qh].max(other.m[qh]);
             if m == f32::NEG_INFINITY {
@@ -168,15 +169,9 @@ impl<'a> Partial<'a> {
             self.m[qh] = m;
             self.l[qh] = self.l[qh] * a + other.l[qh] * b;
             let rows = qh * d..(qh + 1) * d;
-            for (acc, other_acc) in [
-                (&mut *self.acc, &*other.acc),
-                (&mut *self.acc_sealed, &*other.acc_sealed),
-            ] {
-                let (x, y) = (&mut acc[rows.clone()], &other_acc[rows.clone()]);
-                for (xi, yi) in x.iter_mut().zip(y) {
-                    *xi = *xi * a + yi * b;
-                }
-            }
+            let acc = &mut self.acc[rows.clone()];
+            scale_f32(acc, a);
+            axpy_f32(b, &other.acc[rows], acc);
         }
     }
 }
@@ -239,11 +234,9 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     let per_thread = work.iter().map(|w| w.2).max().unwrap_or(0);
     drop(work);
     // Item scratch is per thread (reused across items and calls), states are per item.
-    let mut scratch = per_thread * items.len().min(threads) + 4 * states.len();
+    let scratch = per_thread * items.len().min(threads) + 4 * states.len();
 
     // Merge split-K partials in order and write the outputs.
-    let mut finished = vec![0.0f32; d];
-    scratch += finished.len() * 4;
     let mut i = 0;
     while i < items.len() {
         let queries = items[i].queries.clone();
@@ -257,24 +250,16 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
             let head = kv_head * head_stride..(kv_head + 1) * head_stride;
             let mut total = Partial::view(&mut first[head.clone()], n_qh, d);
             for other in rest.chunks_mut(stride) {
-                total.merge(&Partial::view(&mut other[head.clone()], n_qh, d), d);
-            }
-            if let Some(codec) = job.codec {
-                timed(job.profile, Phase::ValueFinish, || {
-                    codec.finish(job.layer, kv_head, total.acc_sealed)
-                });
+                total.merge_plain(&Partial::view(&mut other[head.clone()], n_qh, d), d);
             }
             for (qi, query) in queries.clone().enumerate() {
                 for h in 0..group {
                     let qh = qi * group + h;
-                    let head = kv_head * group + h;
-                    let dst = &mut out[(query * shape.n_heads + head) * d..][..d];
+                    let dst = &mut out[(query * shape.n_heads + kv_head * group + h) * d..][..d];
                     let l = total.l[qh];
                     let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
-                    finished.copy_from_slice(&total.acc[qh * d..(qh + 1) * d]);
-                    axpy_f32(1.0, &total.acc_sealed[qh * d..(qh + 1) * d], &mut finished);
-                    for (o, f) in dst.iter_mut().zip(&finished) {
-                        *o = f * inv;
+                    for (o, a) in dst.iter_mut().zip(&total.acc[qh * d..(qh + 1) * d]) {
+                        *o = a * inv;
                     }
                 }
             }
@@ -584,6 +569,18 @@ fn run_item_with(
             laps.lap(Phase::ValueScan);
         }
         index += n_pages;
+    }
+    // The codec's domain finished here, on the item's thread: it is linear, so finishing each
+    // item's sum is finishing their total, and the merge moves half the floats and runs
+    // vectorised (decode attention at depth 7,680 B/A 0.981, 0.987 in-process against a
+    // merge of both domains and one finish after it; turbo, 2 threads, AMD EPYC Zen 4).
+    if let Some(codec) = sealed {
+        for (kv_head, head_state) in state.chunks_mut(head_stride).take(n_kv_heads).enumerate() {
+            let state = Partial::view(&mut head_state[..state_len], n_qh, d);
+            codec.finish(job.layer, kv_head, state.acc_sealed);
+            axpy_f32(1.0, state.acc_sealed, state.acc);
+        }
+        laps.lap(Phase::ValueFinish);
     }
     4 * needed
 }
