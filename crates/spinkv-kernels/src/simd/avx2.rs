@@ -66,6 +66,23 @@ pub(crate) unsafe fn load8_i8(ptr: *const i8) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn exp(x: __m256) -> __m256 {
+    use super::exp_consts::P;
+    exp_with(x, &P)
+}
+
+/// e^x as [`exp`] with the shorter polynomial softmax weights take (`exp_consts::P_SOFTMAX`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn exp_softmax(x: __m256) -> __m256 {
+    use super::exp_consts::P_SOFTMAX;
+    exp_with(x, &P_SOFTMAX)
+}
+
+/// e^x with the polynomial `p` (highest degree first): every ISA's range reduction and
+/// rounding steps.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn exp_with(x: __m256, p: &[f32]) -> __m256 {
     use super::exp_consts::*;
     let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(LOW));
     let x = _mm256_min_ps(x, _mm256_set1_ps(HIGH));
@@ -77,8 +94,8 @@ pub(crate) fn exp(x: __m256) -> __m256 {
     ));
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
-    let mut poly = _mm256_set1_ps(P[0]);
-    for &c in &P[1..] {
+    let mut poly = _mm256_set1_ps(p[0]);
+    for &c in &p[1..] {
         poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(c));
     }
     let r2 = _mm256_mul_ps(r, r);

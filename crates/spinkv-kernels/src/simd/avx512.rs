@@ -115,6 +115,23 @@ pub(crate) unsafe fn load16_masked_bf16(ptr: *const bf16, mask: __mmask16) -> __
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub(crate) fn exp(x: __m512) -> __m512 {
+    use super::exp_consts::P;
+    exp_with(x, &P)
+}
+
+/// e^x as [`exp`] with the shorter polynomial softmax weights take (`exp_consts::P_SOFTMAX`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) fn exp_softmax(x: __m512) -> __m512 {
+    use super::exp_consts::P_SOFTMAX;
+    exp_with(x, &P_SOFTMAX)
+}
+
+/// e^x with the polynomial `p` (highest degree first): every ISA's range reduction and
+/// rounding steps.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) fn exp_with(x: __m512, p: &[f32]) -> __m512 {
     use super::exp_consts::*;
     let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, _mm512_set1_ps(LOW));
     let x = _mm512_min_ps(x, _mm512_set1_ps(HIGH));
@@ -124,8 +141,8 @@ pub(crate) fn exp(x: __m512) -> __m512 {
     );
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-    let mut poly = _mm512_set1_ps(P[0]);
-    for &c in &P[1..] {
+    let mut poly = _mm512_set1_ps(p[0]);
+    for &c in &p[1..] {
         poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(c));
     }
     let r2 = _mm512_mul_ps(r, r);

@@ -174,14 +174,31 @@ pub(crate) unsafe fn dot<L: Lanes>(x: *const L, y: *const f32, n: usize) -> f32 
 /// e^x for 4 lanes, the same polynomial and rounding steps as the x86 versions.
 #[inline(always)]
 pub(crate) unsafe fn exp(x: float32x4_t) -> float32x4_t {
+    use super::exp_consts::P;
+    // SAFETY: as the caller vouches (NEON).
+    unsafe { exp_with(x, &P) }
+}
+
+/// e^x as [`exp`] with the shorter polynomial softmax weights take (`exp_consts::P_SOFTMAX`).
+#[inline(always)]
+pub(crate) unsafe fn exp_softmax(x: float32x4_t) -> float32x4_t {
+    use super::exp_consts::P_SOFTMAX;
+    // SAFETY: as the caller vouches (NEON).
+    unsafe { exp_with(x, &P_SOFTMAX) }
+}
+
+/// e^x with the polynomial `p` (highest degree first): every ISA's range reduction and
+/// rounding steps.
+#[inline(always)]
+pub(crate) unsafe fn exp_with(x: float32x4_t, p: &[f32]) -> float32x4_t {
     use super::exp_consts::*;
     let underflow = vcltq_f32(x, vdupq_n_f32(LOW));
     let x = vmaxq_f32(vminq_f32(x, vdupq_n_f32(HIGH)), vdupq_n_f32(LOW));
     let n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(core::f32::consts::LOG2_E)));
     let r = vfmsq_f32(x, n, vdupq_n_f32(LN2_HI));
     let r = vfmsq_f32(r, n, vdupq_n_f32(LN2_LO));
-    let mut poly = vdupq_n_f32(P[0]);
-    for &c in &P[1..] {
+    let mut poly = vdupq_n_f32(p[0]);
+    for &c in &p[1..] {
         poly = vfmaq_f32(vdupq_n_f32(c), poly, r);
     }
     let r2 = vmulq_f32(r, r);

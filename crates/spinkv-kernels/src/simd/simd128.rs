@@ -338,14 +338,29 @@ unsafe fn dot16_finite_f16<L: Lanes>(x: *const L, y: *const f32, n: usize) -> Op
 /// multiply and add: SIMD128 has no FMA).
 #[inline(always)]
 pub(crate) fn exp(x: v128) -> v128 {
+    use super::exp_consts::P;
+    exp_with(x, &P)
+}
+
+/// e^x as [`exp`] with the shorter polynomial softmax weights take (`exp_consts::P_SOFTMAX`).
+#[inline(always)]
+pub(crate) fn exp_softmax(x: v128) -> v128 {
+    use super::exp_consts::P_SOFTMAX;
+    exp_with(x, &P_SOFTMAX)
+}
+
+/// e^x with the polynomial `p` (highest degree first): every ISA's range reduction and
+/// rounding steps.
+#[inline(always)]
+pub(crate) fn exp_with(x: v128, p: &[f32]) -> v128 {
     use super::exp_consts::*;
     let underflow = f32x4_lt(x, f32x4_splat(LOW));
     let x = f32x4_pmax(f32x4_pmin(x, f32x4_splat(HIGH)), f32x4_splat(LOW));
     let n = f32x4_nearest(f32x4_mul(x, f32x4_splat(core::f32::consts::LOG2_E)));
     let r = f32x4_sub(x, f32x4_mul(n, f32x4_splat(LN2_HI)));
     let r = f32x4_sub(r, f32x4_mul(n, f32x4_splat(LN2_LO)));
-    let mut poly = f32x4_splat(P[0]);
-    for &c in &P[1..] {
+    let mut poly = f32x4_splat(p[0]);
+    for &c in &p[1..] {
         poly = f32x4_add(f32x4_mul(poly, r), f32x4_splat(c));
     }
     let r2 = f32x4_mul(r, r);

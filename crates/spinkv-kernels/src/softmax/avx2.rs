@@ -1,6 +1,6 @@
-//! AVX2 softmax pieces: the canonical exp polynomial and 16-lane sum (see `crate::canon`).
+//! AVX2 softmax pieces: the canonical softmax exp polynomial and 16-lane sum (see `crate::canon`).
 
-use crate::simd::avx2::{exp, hmax, reduce16, tail_mask};
+use crate::simd::avx2::{exp_softmax, hmax, reduce16, tail_mask};
 use std::arch::x86_64::*;
 
 /// # Safety
@@ -32,8 +32,8 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     // SAFETY: full accesses cover i..i+16 <= n; the tail's are masked to lanes below n.
     unsafe {
         while i + 16 <= n {
-            let a = exp(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vm));
-            let b = exp(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), vm));
+            let a = exp_softmax(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vm));
+            let b = exp_softmax(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), vm));
             _mm256_storeu_ps(p.add(i), a);
             _mm256_storeu_ps(p.add(i + 8), b);
             lo = _mm256_add_ps(lo, a);
@@ -45,8 +45,8 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
                 tail_mask((n - i).min(8)),
                 tail_mask((n - i).saturating_sub(8)),
             );
-            let a = exp(_mm256_sub_ps(_mm256_maskload_ps(p.add(i), m_lo), vm));
-            let b = exp(_mm256_sub_ps(_mm256_maskload_ps(p.add(i + 8), m_hi), vm));
+            let a = exp_softmax(_mm256_sub_ps(_mm256_maskload_ps(p.add(i), m_lo), vm));
+            let b = exp_softmax(_mm256_sub_ps(_mm256_maskload_ps(p.add(i + 8), m_hi), vm));
             let a = _mm256_and_ps(a, _mm256_castsi256_ps(m_lo));
             let b = _mm256_and_ps(b, _mm256_castsi256_ps(m_hi));
             _mm256_maskstore_ps(p.add(i), m_lo, a);

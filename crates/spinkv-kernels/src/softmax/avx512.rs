@@ -1,6 +1,6 @@
-//! AVX-512 softmax pieces: the shared polynomial exp on 16 lanes, masked tails.
+//! AVX-512 softmax pieces: the softmax polynomial exp on 16 lanes, masked tails.
 
-use crate::simd::avx512::{exp, hmax, reduce16, tail_mask};
+use crate::simd::avx512::{exp_softmax, hmax, reduce16, tail_mask};
 use std::arch::x86_64::*;
 
 /// # Safety
@@ -37,14 +37,14 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     // SAFETY: full accesses stay below n; masked ones touch only lanes below n.
     unsafe {
         while i + 16 <= n {
-            let e = exp(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), vm));
+            let e = exp_softmax(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), vm));
             _mm512_storeu_ps(p.add(i), e);
             vsum = _mm512_add_ps(vsum, e);
             i += 16;
         }
         if i < n {
             let mask = tail_mask(n - i);
-            let e = exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, p.add(i)), vm));
+            let e = exp_softmax(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, p.add(i)), vm));
             _mm512_mask_storeu_ps(p.add(i), mask, e);
             vsum = _mm512_mask_add_ps(vsum, mask, vsum, e);
         }
@@ -86,7 +86,7 @@ pub unsafe fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32
             if *mask == 0 {
                 break;
             }
-            let e = exp(_mm512_sub_ps(*v, vm));
+            let e = exp_softmax(_mm512_sub_ps(*v, vm));
             // SAFETY: as the load.
             unsafe { _mm512_mask_storeu_ps(p.add(i + 16 * k), *mask, e) };
             vsum = _mm512_mask_add_ps(vsum, *mask, vsum, e);

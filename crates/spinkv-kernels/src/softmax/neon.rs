@@ -1,6 +1,6 @@
-//! NEON softmax pieces with the shared polynomial exp.
+//! NEON softmax pieces with the softmax polynomial exp.
 
-use crate::simd::neon::{exp, hmax, reduce16};
+use crate::simd::neon::{exp_softmax, hmax, reduce16};
 use core::arch::aarch64::*;
 
 /// # Safety
@@ -36,7 +36,7 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
         let mut i = 0;
         while i + 16 <= n {
             for (k, acc) in acc.iter_mut().enumerate() {
-                let e = exp(vsubq_f32(vld1q_f32(p.add(i + 4 * k)), vm));
+                let e = exp_softmax(vsubq_f32(vld1q_f32(p.add(i + 4 * k)), vm));
                 vst1q_f32(p.add(i + 4 * k), e);
                 *acc = vaddq_f32(*acc, e);
             }
@@ -46,7 +46,7 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
             let mut tail = [f32::NEG_INFINITY; 16];
             tail[..n - i].copy_from_slice(&x[i..]);
             for (k, acc) in acc.iter_mut().enumerate() {
-                let e = exp(vsubq_f32(vld1q_f32(tail.as_ptr().add(4 * k)), vm));
+                let e = exp_softmax(vsubq_f32(vld1q_f32(tail.as_ptr().add(4 * k)), vm));
                 vst1q_f32(tail.as_mut_ptr().add(4 * k), e);
                 *acc = vaddq_f32(*acc, e);
             }

@@ -1,6 +1,6 @@
-//! WASM SIMD128 softmax pieces with the shared polynomial exp.
+//! WASM SIMD128 softmax pieces with the softmax polynomial exp.
 
-use crate::simd::simd128::{exp, hmax, hsum};
+use crate::simd::simd128::{exp_softmax, hmax, hsum};
 use core::arch::wasm32::*;
 
 /// # Safety
@@ -28,7 +28,7 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     while i + 4 <= n {
         // SAFETY: i + 4 <= n.
         unsafe {
-            let e = exp(f32x4_sub(v128_load(p.add(i) as *const v128), vm));
+            let e = exp_softmax(f32x4_sub(v128_load(p.add(i) as *const v128), vm));
             v128_store(p.add(i) as *mut v128, e);
             vsum = f32x4_add(vsum, e);
         }
