@@ -184,6 +184,10 @@ struct Item {
 }
 
 thread_local! {
+    /// The split-K states of `attend` on its calling thread, kept for the next call (the
+    /// largest so far stays: a 256-query prefill's on SmolLM2-135M is ~1.2 MB, as large as the
+    /// items' own scratch).
+    static STATES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Per-thread scratch of `run_item` (queries, prepared state, a page of scores), reused
     /// across calls so the decode loop allocates nothing per page or per item.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -215,7 +219,14 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     let max_qh = items.iter().map(|it| it.queries.len()).max().unwrap_or(0) * group;
     let head_stride = Partial::len(max_qh, d);
     let stride = shape.n_kv_heads * head_stride;
-    let mut states = vec![0.0f32; items.len() * stride];
+    // Reused across calls: every item initialises its own state. A fresh zeroed buffer per
+    // call cost ~1.5 % of decode attention at depth 7,680 (in-process B/A 0.989, 0.968,
+    // 0.981, 0.990 with the reuse; turbo, 2 threads, AMD EPYC Zen 4).
+    let mut states_buf = STATES.with(|cell| cell.take());
+    if states_buf.len() < items.len() * stride {
+        states_buf.resize(items.len() * stride, 0.0);
+    }
+    let states = &mut states_buf[..items.len() * stride];
     // Each item with the scratch bytes it used, costliest (latest queries) first.
     let mut work: Vec<(&Item, &mut [f32], usize)> = items
         .iter()
@@ -266,6 +277,7 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
         }
         i = j;
     }
+    STATES.with(|cell| cell.replace(states_buf));
     scratch
 }
 
