@@ -19,6 +19,13 @@ pub fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
     unsafe { f16_to_f32_on(active_isa(), src, dst) }
 }
 
+/// The bytes of fp16 values (for byte-wise helpers such as `prefetch::to_l1`).
+pub(crate) fn half_bytes(values: &[f16]) -> &[u8] {
+    // SAFETY: f16 is two plain bytes with no padding; the view covers the same memory for
+    // the same lifetime and is read-only.
+    unsafe { core::slice::from_raw_parts(values.as_ptr() as *const u8, values.len() * 2) }
+}
+
 /// # Safety
 /// `isa` must run on this CPU; `src.len() == dst.len()`.
 pub(crate) unsafe fn f32_to_f16_on(isa: Isa, src: &[f32], dst: &mut [f16]) {

@@ -40,7 +40,7 @@ impl Rows for F16Rows<'_> {
         // waited on each line in turn (36 % of this kernel's samples sat on the first convert).
         // In-process A/B of decode attention at depth 7,680, where the fp16 window is the part
         // scored by this: 0.939, 0.966, 0.933, 0.979 (turbo, 2 threads, AMD EPYC Zen 4).
-        crate::prefetch::to_l1(half_bytes(rows));
+        crate::prefetch::to_l1(crate::convert::half_bytes(rows));
         let src = rows.as_ptr();
         for t in 0..n {
             let mut c = 0;
@@ -55,12 +55,6 @@ impl Rows for F16Rows<'_> {
             }
         }
     }
-}
-
-/// The bytes of fp16 values.
-fn half_bytes(values: &[f16]) -> &[u8] {
-    // SAFETY: f16 is two plain bytes; the view covers the same memory for the same lifetime.
-    unsafe { core::slice::from_raw_parts(values.as_ptr() as *const u8, values.len() * 2) }
 }
 
 /// Packed code rows decoded through their codebooks (a planned layout).
