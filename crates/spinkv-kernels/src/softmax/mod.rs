@@ -85,7 +85,14 @@ pub(crate) unsafe fn blocks_reaching_on(
     blocks: usize,
     limits: &[f32],
 ) -> u64 {
-    dispatch!(isa, blocks_reaching(x, stride, block, blocks, limits))
+    // A bit per page of a tile: only AVX-512 has vectors of its own for it.
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        // SAFETY: the caller vouches that `isa` runs on this CPU; shapes as checked.
+        return unsafe { avx512::blocks_reaching(x, stride, block, blocks, limits) };
+    }
+    let _ = isa;
+    scalar::blocks_reaching(x, stride, block, blocks, limits)
 }
 
 /// # Safety
@@ -96,7 +103,16 @@ pub(crate) unsafe fn exp_sub_sum_capped_on(
     m: f32,
     cap: f32,
 ) -> (usize, f32) {
-    dispatch!(isa, exp_sub_sum_capped(x, m, cap))
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        // SAFETY: the caller vouches that `isa` runs on this CPU.
+        return unsafe { avx512::exp_sub_sum_capped(x, m, cap) };
+    }
+    // The others: the ISA's own max per block, then its own pass over the blocks under the cap
+    // (what the reference does).
+    // SAFETY (both): as above.
+    let done = capped_prefix(x, cap, |block| unsafe { max_f32_on(isa, block) });
+    (done, unsafe { exp_sub_sum_on(isa, &mut x[..done], m) })
 }
 
 /// # Safety

@@ -41,27 +41,3 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     }
     sum
 }
-
-/// The blocks under the cap, then one pass over them (as the reference).
-///
-/// # Safety
-/// None beyond the slice.
-pub unsafe fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32) {
-    // SAFETY (both): nothing beyond the slices.
-    let done = super::capped_prefix(x, cap, |block| unsafe { max_f32(block) });
-    (done, unsafe { exp_sub_sum(&mut x[..done], m) })
-}
-
-/// The reference's loop (a bit per page of a tile: not worth its own vectors here).
-///
-/// # Safety
-/// None beyond the slice.
-pub unsafe fn blocks_reaching(
-    x: &[f32],
-    stride: usize,
-    block: usize,
-    blocks: usize,
-    limits: &[f32],
-) -> u64 {
-    super::scalar::blocks_reaching(x, stride, block, blocks, limits)
-}
