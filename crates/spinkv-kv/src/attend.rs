@@ -111,8 +111,9 @@ pub(crate) struct AttendJob<'a> {
 
 /// Running softmax state of `qh` query heads, one item's slice of the call's state buffer:
 /// `m` the reference score (the max of the first scores seen; it moves only when a later score
-/// rises more than [`MAX_HEADROOM`] above it), `l` sum of `exp(s - m)`, `acc` sum of `exp(s - m)·v` in the plain domain and
-/// `acc_sealed` in the codec's domain.
+/// rises more than [`MAX_HEADROOM`] above it), `l` sum of `exp(s - m)`, `acc` sum of
+/// `exp(s - m)·v` in the plain domain and `acc_sealed` in the codec's domain (finished into
+/// `acc` when the item ends).
 struct Partial<'a> {
     m: &'a mut [f32],
     l: &'a mut [f32],

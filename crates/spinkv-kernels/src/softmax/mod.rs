@@ -23,7 +23,8 @@ pub fn max_f32(x: &[f32]) -> f32 {
 }
 
 /// `x[i] = e^(x[i] - m)` in place; returns the sum of the new values. Scores at `-inf`
-/// (masked) become 0. Every ISA takes the canonical softmax polynomial (`crate::canon::exp_softmax`).
+/// (masked) become 0. Every ISA takes the canonical softmax polynomial
+/// (`crate::canon::exp_softmax`).
 pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     // SAFETY: as above.
     unsafe { exp_sub_sum_on(active_isa(), x, m) }

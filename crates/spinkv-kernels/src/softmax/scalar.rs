@@ -19,11 +19,19 @@ pub fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32) {
 }
 
 /// Block by block, row by row.
-pub fn blocks_reaching(x: &[f32], stride: usize, block: usize, blocks: usize, limits: &[f32]) -> u64 {
+pub fn blocks_reaching(
+    x: &[f32],
+    stride: usize,
+    block: usize,
+    blocks: usize,
+    limits: &[f32],
+) -> u64 {
     let mut found = 0u64;
     for b in 0..blocks {
         let reached = limits.iter().enumerate().any(|(r, &limit)| {
-            x[r * stride + b * block..][..block].iter().any(|&w| w >= limit)
+            x[r * stride + b * block..][..block]
+                .iter()
+                .any(|&w| w >= limit)
         });
         found |= u64::from(reached) << b;
     }
