@@ -19,7 +19,9 @@ pub fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
     unsafe { f16_to_f32_on(active_isa(), src, dst) }
 }
 
-/// The bytes of fp16 values (for byte-wise helpers such as `prefetch::to_l1`).
+/// The bytes of fp16 values (for byte-wise helpers such as `prefetch::to_l1`; only the x86
+/// kernels take them).
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn half_bytes(values: &[f16]) -> &[u8] {
     // SAFETY: f16 is two plain bytes with no padding; the view covers the same memory for
     // the same lifetime and is read-only.
