@@ -82,7 +82,7 @@ pub(crate) fn exp_softmax(x: __m256) -> __m256 {
 /// rounding steps.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn exp_with(x: __m256, p: &[f32]) -> __m256 {
+fn exp_with(x: __m256, p: &[f32]) -> __m256 {
     use super::exp_consts::*;
     let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(LOW));
     let x = _mm256_min_ps(x, _mm256_set1_ps(HIGH));

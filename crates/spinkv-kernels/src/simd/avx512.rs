@@ -131,7 +131,7 @@ pub(crate) fn exp_softmax(x: __m512) -> __m512 {
 /// rounding steps.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(crate) fn exp_with(x: __m512, p: &[f32]) -> __m512 {
+fn exp_with(x: __m512, p: &[f32]) -> __m512 {
     use super::exp_consts::*;
     let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, _mm512_set1_ps(LOW));
     let x = _mm512_min_ps(x, _mm512_set1_ps(HIGH));

@@ -190,7 +190,7 @@ pub(crate) unsafe fn exp_softmax(x: float32x4_t) -> float32x4_t {
 /// e^x with the polynomial `p` (highest degree first): every ISA's range reduction and
 /// rounding steps.
 #[inline(always)]
-pub(crate) unsafe fn exp_with(x: float32x4_t, p: &[f32]) -> float32x4_t {
+unsafe fn exp_with(x: float32x4_t, p: &[f32]) -> float32x4_t {
     use super::exp_consts::*;
     let underflow = vcltq_f32(x, vdupq_n_f32(LOW));
     let x = vmaxq_f32(vminq_f32(x, vdupq_n_f32(HIGH)), vdupq_n_f32(LOW));

@@ -352,7 +352,7 @@ pub(crate) fn exp_softmax(x: v128) -> v128 {
 /// e^x with the polynomial `p` (highest degree first): every ISA's range reduction and
 /// rounding steps.
 #[inline(always)]
-pub(crate) fn exp_with(x: v128, p: &[f32]) -> v128 {
+fn exp_with(x: v128, p: &[f32]) -> v128 {
     use super::exp_consts::*;
     let underflow = f32x4_lt(x, f32x4_splat(LOW));
     let x = f32x4_pmax(f32x4_pmin(x, f32x4_splat(HIGH)), f32x4_splat(LOW));

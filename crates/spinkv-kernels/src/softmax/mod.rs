@@ -36,7 +36,7 @@ pub const CAP_BLOCK: usize = 64;
 /// [`exp_sub_sum`] over the longest prefix of `x` made of whole [`CAP_BLOCK`]-score blocks
 /// (the last one may be shorter) none of whose scores is above `cap`; returns the prefix's
 /// length and sum (the canonical sum of [`exp_sub_sum`] over the prefix). The rest of `x` is
-/// left as it is. Streaming attention calls it with the running max as `m` and a headroom
+/// left as it is. Streaming attention calls it with its reference score as `m` and a headroom
 /// above it as `cap`: a tile whose scores stay under the cap needs no max pass of its own.
 /// `m` must be finite.
 pub fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32) {
