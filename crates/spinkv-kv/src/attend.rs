@@ -43,30 +43,6 @@ pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 15;
 /// SmolLM2-135M Q8_0, turbo; no difference measured at depth 7,680).
 const ITEMS_PER_THREAD: usize = 2;
 
-/// Units of split cost a token of a sealed page costs (the unit makes fractional fp16 costs
-/// integers).
-pub(crate) const SEALED_TOKEN_COST: usize = 4;
-
-/// What scanning one token of an fp16 page costs, in [`SEALED_TOKEN_COST`] units, next to
-/// `sealed` tokens of sealed pages: decode splits the pages between threads by this cost, not
-/// by count, so the thread that gets the fp16 window is not the last to finish.
-///
-/// Three sealed tokens up to 3,840 sealed tokens: thread-ms per token of context on an AMD EPYC
-/// Zen 4 (SmolLM2-135M, all layers), fp16 pages 5.0 µs (depth 512), turbo sealed pages 1.7 µs
-/// (depth 7,680). Deeper, sparse values leave out more and more of the older pages' values,
-/// in the later layers especially, while the newest sealed pages (with the window, in the last
-/// item) are still read: at depth 7,680 the last item ran 21–36 µs longer than the first in
-/// each of layers 12–29 (1–4 µs in layers 0–8). So the cost rises linearly to six sealed
-/// tokens at 7,680 sealed tokens. In-process A/B of decode attention at depth 7,680 (six
-/// against three, turbo, 2 threads): licence mix 0.971, 0.969; code 0.953; bash manual 0.973;
-/// and at 7 (perldiag) 0.960; at depth 6,000 (five) 0.956. Kept at three below: at 2,048, five
-/// to seven ran 1.03–1.14 slower.
-pub(crate) fn fp16_token_cost(sealed: usize) -> usize {
-    const FROM: usize = 3840;
-    let ramp = sealed.saturating_sub(FROM).min(FROM);
-    3 * SEALED_TOKEN_COST + 3 * SEALED_TOKEN_COST * ramp / FROM
-}
-
 /// Tokens of sealed pages scanned as one tile: consecutive sealed pages are scored, folded
 /// into the softmax and accumulated together (up to [`MAX_RUN_PAGES`] pages), so the per-call
 /// costs — codec dispatch, scale decoding, kernel set-up, the softmax's max/exp/rescale per
@@ -195,7 +171,13 @@ thread_local! {
 }
 
 /// Runs the attention; returns the scratch bytes it used (all threads together).
-pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
+///
+/// `value_reads` is the layer's record of the last decode split (per segment: how many KV
+/// heads' value blocks were read): a decode split weighs each sealed page by it and writes
+/// this call's counts over it. A call of several queries (a prefill) clears it, so a turn's
+/// decode starts from an empty record whether the session ran on or was restored before it,
+/// and splits alike in both; a decode call on one thread leaves it alone.
+pub(crate) fn attend(job: &AttendJob<'_>, value_reads: &mut Vec<u8>, out: &mut [f32]) -> usize {
     let shape = job.shape;
     let d = shape.head_dim;
     let group = shape.group_size();
@@ -211,7 +193,20 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
     } else {
         1
     };
-    let items = plan_items(job.n, &cost_runs(job.table, job.page_tokens), target);
+    if job.n > 1 {
+        value_reads.clear();
+    }
+    let decode_split = parallel && job.n == 1;
+    let n_kv = shape.n_kv_heads.min(u8::MAX as usize) as u8;
+    let reads = if decode_split {
+        // Pages this record has not seen yet count as read by every head.
+        value_reads.resize(n_segments, n_kv);
+        Some(&value_reads[..])
+    } else {
+        None
+    };
+    let runs = cost_runs(job.table, job.page_tokens, shape.n_kv_heads, reads);
+    let items = plan_items(job.n, &runs, target);
     debug_assert_eq!(
         items.last().map_or(n_segments, |it| it.segments.end),
         n_segments
@@ -228,15 +223,32 @@ pub(crate) fn attend(job: &AttendJob<'_>, out: &mut [f32]) -> usize {
         states_buf.resize(items.len() * stride, 0.0);
     }
     let states = &mut states_buf[..items.len() * stride];
+    // Each item's slice of the value-read record (a decode split's items hold disjoint,
+    // ascending segment ranges).
+    let mut item_reads: Vec<Option<&mut [u8]>> = Vec::with_capacity(items.len());
+    if decode_split {
+        let mut rest = &mut value_reads[..];
+        let mut at = 0;
+        for item in &items {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(item.segments.start - at);
+            let (mine, tail) = tail.split_at_mut(item.segments.len());
+            item_reads.push(Some(mine));
+            (rest, at) = (tail, item.segments.end);
+        }
+    } else {
+        item_reads.resize_with(items.len(), || None);
+    }
     // Each item with the scratch bytes it used, costliest (latest queries) first.
-    let mut work: Vec<(&Item, &mut [f32], usize)> = items
+    type Work<'i, 's, 'r> = (&'i Item, &'s mut [f32], usize, Option<&'r mut [u8]>);
+    let mut work: Vec<Work<'_, '_, '_>> = items
         .iter()
         .zip(states.chunks_mut(stride))
-        .map(|(item, state)| (item, state, 0))
+        .zip(item_reads)
+        .map(|((item, state), reads)| (item, state, 0, reads))
         .rev()
         .collect();
-    let run = |(item, state, used): &mut (&Item, &mut [f32], usize)| {
-        *used = run_item(job, item, state, head_stride)
+    let run = |(item, state, used, reads): &mut Work<'_, '_, '_>| {
+        *used = run_item(job, item, state, head_stride, reads.as_deref_mut())
     };
     if parallel {
         for_each_mut(&mut work, run);
@@ -305,21 +317,55 @@ fn plan_items(n: usize, runs: &[(usize, usize)], target: usize) -> Vec<Item> {
     items
 }
 
+/// Split costs per token and KV head, in units of 0.2 ns: of a sealed page's keys (scored, with
+/// the softmax), of a sealed page's value block when it is read, of an fp16 page (keys, softmax
+/// and values).
+///
+/// A decode split gives each thread pages of equal total cost. Sparse values read some layers'
+/// older pages' values hardly at all and others' nearly all (depth 7,680 on the licence mix:
+/// layers 0–11 read 2.5–3.0 of 3 heads' blocks a page, layers 12–29 0.02–0.5 in the first half
+/// and 0.5–2.4 in the second), so a page's cost follows what the layer's last decode split read
+/// of it. The costs come from timing each item of 7,680 such splits (SmolLM2-135M, turbo, 2
+/// threads, AMD EPYC Zen 4) and fitting `time = key · sealed + value · read + fp16 · fp16` per
+/// head-token: 6.0, 4.4 and 32 ns at depth 7,680; at 2,048, with a constant per item, 2.5, 4.0
+/// and 22 ns. The keys take 4 ns here, between the two. In-process A/B of decode attention against one cost per sealed token (and an fp16
+/// token at 3–6 of them, by depth): at 7,680 licence mix 0.970, Python code 0.968, bash manual
+/// 0.992; at 2,048 code 0.921, mix 0.938; at 512 code 0.868, mix 0.990. A key cost of 15 (the
+/// 2,048 fit's ratios) read 1.00, 1.06, 0.98 and 1.00 on the first four; 30 (the 7,680 fit
+/// with the items' fixed costs in the keys') 0.971, 0.968 at 7,680 and 1.034, 0.994 at 2,048.
+pub(crate) const SEALED_KEY_COST: usize = 20;
+pub(crate) const SEALED_VALUE_COST: usize = 22;
+pub(crate) const FP16_HEAD_COST: usize = 160;
+
 /// What scanning each segment of a layer costs, as runs of `(segments, cost of each)` in
-/// segment order: every fp16 page on its own ([`fp16_token_cost`] a token; a run's last page
-/// may be short), the sealed pages as one run. A decode split reads these instead of
-/// building every segment (1–2 µs a call at depth 7,680, ~1 % of its attention).
-pub(crate) fn cost_runs(table: &LayerTable, page_tokens: usize) -> Vec<(usize, usize)> {
-    let mut runs = Vec::with_capacity(table.fp16_pages() + 1);
-    let fp16_cost = fp16_token_cost(table.sealed.len() * page_tokens);
-    let fp16 = |run: &crate::table::TokenRun, runs: &mut Vec<(usize, usize)>| {
+/// segment order (neighbours of one cost merged): the fp16 pages by their tokens, the sealed
+/// pages by their keys and by the value blocks `reads` (per segment, the layer's last decode
+/// split's record) says were read of each (every KV head's without a record).
+pub(crate) fn cost_runs(
+    table: &LayerTable,
+    page_tokens: usize,
+    n_kv_heads: usize,
+    reads: Option<&[u8]>,
+) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::with_capacity(table.segment_count());
+    let mut push = |cost: usize| match runs.last_mut() {
+        Some((count, each)) if *each == cost => *count += 1,
+        _ => runs.push((1, cost)),
+    };
+    let fp16 = |run: &crate::table::TokenRun, push: &mut dyn FnMut(usize)| {
         for page in 0..run.pages.len() {
-            runs.push((1, fp16_cost * run.count_of(page, page_tokens)));
+            push(FP16_HEAD_COST * n_kv_heads * run.count_of(page, page_tokens));
         }
     };
-    fp16(&table.sink, &mut runs);
-    runs.push((table.sealed.len(), SEALED_TOKEN_COST * page_tokens));
-    fp16(&table.window, &mut runs);
+    fp16(&table.sink, &mut push);
+    let first = table.sink.pages.len();
+    for index in first..first + table.sealed.len() {
+        let read = reads
+            .and_then(|r| r.get(index))
+            .map_or(n_kv_heads, |&r| r as usize);
+        push(page_tokens * (SEALED_KEY_COST * n_kv_heads + SEALED_VALUE_COST * read));
+    }
+    fp16(&table.window, &mut push);
     runs
 }
 
@@ -361,12 +407,18 @@ fn cost_bounds(runs: &[(usize, usize)], chunks: usize) -> Vec<usize> {
 
 /// One item's online softmax into `state` (one [`Partial`] of at least `Partial::len` floats
 /// every `head_stride` floats, one per KV head); returns the scratch bytes it used.
-fn run_item(job: &AttendJob<'_>, item: &Item, state: &mut [f32], head_stride: usize) -> usize {
+fn run_item(
+    job: &AttendJob<'_>,
+    item: &Item,
+    state: &mut [f32],
+    head_stride: usize,
+    reads: Option<&mut [u8]>,
+) -> usize {
     SCRATCH.with(|cell| {
         // A re-entrant call on this thread (none today) would get its own buffer.
         match cell.try_borrow_mut() {
-            Ok(mut scratch) => run_item_with(job, item, state, head_stride, &mut scratch),
-            Err(_) => run_item_with(job, item, state, head_stride, &mut Vec::new()),
+            Ok(mut scratch) => run_item_with(job, item, state, head_stride, reads, &mut scratch),
+            Err(_) => run_item_with(job, item, state, head_stride, reads, &mut Vec::new()),
         }
     })
 }
@@ -376,6 +428,7 @@ fn run_item_with(
     item: &Item,
     state: &mut [f32],
     head_stride: usize,
+    mut reads: Option<&mut [u8]>,
     scratch: &mut Vec<f32>,
 ) -> usize {
     let shape = job.shape;
@@ -386,6 +439,9 @@ fn run_item_with(
     let first_pos = job.start + item.queries.start;
     let scale = 1.0 / (d as f32).sqrt();
     let mut laps = Laps::start(job.profile);
+    if let Some(reads) = reads.as_deref_mut() {
+        reads.fill(0);
+    }
     // Nothing another call queued on this thread is wanted here.
     prefetch::clear();
     let state_len = Partial::len(n_qh, d);
@@ -538,10 +594,17 @@ fn run_item_with(
                         let weights = &scores[first..];
                         kv_accumulate::accumulate_f16(values, d, weights, tile_tokens, state.acc);
                     }
+                    if let Some(reads) = reads.as_deref_mut() {
+                        let at = index - item.segments.start;
+                        for r in &mut reads[at..at + n_pages] {
+                            *r = r.saturating_add(1);
+                        }
+                    }
                 }
                 PageKind::Sealed => {
                     let codec = job.codec.expect("sealed pages imply a codec");
                     let mut kept: [&[u8]; MAX_RUN_PAGES] = [&[]; MAX_RUN_PAGES];
+                    let mut read_mask = u64::MAX;
                     let (read, rows) = if job.sparse_v > 0.0 && visible == tile.count {
                         let sink_lse = &all_sink_lse[kv_head * n_qh..][..n_qh];
                         for (qh, limit) in limits.iter_mut().enumerate() {
@@ -553,7 +616,7 @@ fn run_item_with(
                             };
                             *limit = job.sparse_v * (state.l[qh] + sinks);
                         }
-                        let n = keep_weighty_pages(
+                        read_mask = keep_weighty_pages(
                             &pages[..n_pages],
                             page_tokens,
                             limits,
@@ -561,6 +624,7 @@ fn run_item_with(
                             tile_tokens,
                             &mut kept,
                         );
+                        let n = read_mask.count_ones() as usize;
                         let rows = ScoreRows {
                             visible: n * page_tokens,
                             ..rows
@@ -571,6 +635,12 @@ fn run_item_with(
                     };
                     if let Some(counters) = job.profile {
                         counters.count_value_blocks(read.len(), n_pages - read.len());
+                    }
+                    if let Some(reads) = reads.as_deref_mut() {
+                        let at = index - item.segments.start;
+                        for (i, r) in reads[at..at + n_pages].iter_mut().enumerate() {
+                            *r = r.saturating_add((read_mask >> i & 1) as u8);
+                        }
                     }
                     if !read.is_empty() {
                         let acc = &mut *state.acc_sealed;
@@ -600,7 +670,8 @@ fn run_item_with(
 
 /// Sparse values: copies into `kept` the pages of a tile (all of their tokens visible) that
 /// some query head gives a weight of at least `limits[head]`, moves their weights to the front
-/// of each head's row of `weights` (`stride` apart), and returns how many there are.
+/// of each head's row of `weights` (`stride` apart), and returns which they are (bit `i`: page
+/// `i`).
 ///
 /// A limit is `sparse_v · (l + sinks)`, in the units of the weights: `l`, the softmax sum with
 /// this tile in it, and the sinks' share (for an item that does not hold them, [`sink_bound`])
@@ -614,8 +685,8 @@ fn keep_weighty_pages<'p>(
     weights: &mut [f32],
     stride: usize,
     kept: &mut [&'p [u8]; MAX_RUN_PAGES],
-) -> usize {
-    let mut n = 0;
+) -> u64 {
+    let (mut n, mut read) = (0, 0u64);
     // One call for the tile's pages and heads: a max per page and head, dispatched each time,
     // cost ~2 % of decode attention at depth 7,680 (in-process B/A 0.992, 0.973, 0.992, 0.967
     // on three texts; turbo, 2 threads, AMD EPYC Zen 4).
@@ -637,8 +708,9 @@ fn keep_weighty_pages<'p>(
         }
         kept[n] = page;
         n += 1;
+        read |= 1 << i;
     }
-    n
+    read
 }
 
 /// Sparse values' share of the sinks for an item that does not hold the sink run: writes

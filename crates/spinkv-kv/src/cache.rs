@@ -2,6 +2,7 @@
 
 use crate::profile::{timed, Phase, PhaseCounters, PhaseTimes};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use crate::attend::{attend, AttendJob};
 use crate::codec::fp16::Fp16Layout;
@@ -42,6 +43,9 @@ pub struct KvCache {
     pub(crate) staging_keys: Vec<f32>,
     pub(crate) staging_values: Vec<f32>,
     peak_scratch: AtomicUsize,
+    /// Per layer, per segment: how many KV heads' value blocks the last decode split read
+    /// (what the next split weighs each sealed page by; `attend`).
+    value_reads: Mutex<Vec<Vec<u8>>>,
     /// Phase timers, when profiling is on (`set_profiling`).
     pub(crate) profile: Option<Box<PhaseCounters>>,
 }
@@ -76,6 +80,7 @@ impl KvCache {
             staging_keys: vec![0.0; staging],
             staging_values: vec![0.0; staging],
             peak_scratch: AtomicUsize::new(0),
+            value_reads: Mutex::new(vec![Vec::new(); shape.n_layers]),
             profile: None,
             shape,
             config,
@@ -218,7 +223,16 @@ impl KvCache {
             sparse_v: self.config.sparse_v,
             profile: self.profile.as_deref(),
         };
-        let scratch = attend(&job, out);
+        let take = |reads: &mut Vec<Vec<u8>>| std::mem::take(&mut reads[layer]);
+        let mut reads = match self.value_reads.lock() {
+            Ok(mut guard) => take(&mut guard),
+            Err(poisoned) => take(&mut poisoned.into_inner()),
+        };
+        let scratch = attend(&job, &mut reads, out);
+        match self.value_reads.lock() {
+            Ok(mut guard) => guard[layer] = reads,
+            Err(poisoned) => poisoned.into_inner()[layer] = reads,
+        }
         self.peak_scratch.fetch_max(scratch, Ordering::Relaxed);
         Ok(())
     }
@@ -403,6 +417,11 @@ impl KvCache {
         let table = &mut self.layers[layer];
         if len >= table.len(p) {
             return;
+        }
+        // The record describes pages that may be gone.
+        match self.value_reads.get_mut() {
+            Ok(reads) => reads[layer].clear(),
+            Err(poisoned) => poisoned.into_inner()[layer].clear(),
         }
         let mut released = Vec::new();
         let window_start = table.window_start(p);
@@ -668,11 +687,14 @@ mod tests {
     }
 
     /// The decode split's cost runs are the segments' costs (fp16 pages, partial ones
-    /// included, at `fp16_token_cost` a token, sealed pages at `SEALED_TOKEN_COST`), at every
-    /// length from empty through sinks, sealed pages and a partly filled window.
+    /// included, by their tokens; sealed pages by their keys and the value blocks a record says
+    /// were read, every head's where it has no entry), at every length from empty through
+    /// sinks, sealed pages and a partly filled window, with and without a record.
     #[test]
     fn cost_runs_follow_the_segments() {
+        use crate::attend::{cost_runs, FP16_HEAD_COST, SEALED_KEY_COST, SEALED_VALUE_COST};
         use crate::table::PageKind;
+        let heads = SHAPE.n_kv_heads;
         for config in configs() {
             let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
             let mut rng = SplitMix64::new(9);
@@ -680,21 +702,32 @@ mod tests {
             for step in 0..70 {
                 let table = cache.table(0).unwrap();
                 let p = config.page_tokens;
-                let fp16_cost = crate::attend::fp16_token_cost(table.sealed.len() * p);
-                let expanded: Vec<usize> = crate::attend::cost_runs(table, p)
-                    .into_iter()
-                    .flat_map(|(k, each)| std::iter::repeat_n(each, k))
+                // A record of every other segment's reads, one short of the segments.
+                let record: Vec<u8> = (0..table.segment_count().saturating_sub(1))
+                    .map(|i| (i % (heads + 1)) as u8)
                     .collect();
-                let walked: Vec<usize> = (0..table.segment_count())
-                    .map(|i| {
-                        let seg = table.segment(i, p);
-                        match seg.kind {
-                            PageKind::Fp16 => fp16_cost * seg.count,
-                            PageKind::Sealed => crate::attend::SEALED_TOKEN_COST * seg.count,
-                        }
-                    })
-                    .collect();
-                assert_eq!(expanded, walked, "{config:?} after {step} tokens");
+                for reads in [None, Some(&record[..])] {
+                    let expanded: Vec<usize> = cost_runs(table, p, heads, reads)
+                        .into_iter()
+                        .flat_map(|(k, each)| std::iter::repeat_n(each, k))
+                        .collect();
+                    let walked: Vec<usize> = (0..table.segment_count())
+                        .map(|i| {
+                            let seg = table.segment(i, p);
+                            let read = reads.and_then(|r| r.get(i)).map_or(heads, |&r| r as usize);
+                            match seg.kind {
+                                PageKind::Fp16 => FP16_HEAD_COST * heads * seg.count,
+                                PageKind::Sealed => {
+                                    (SEALED_KEY_COST * heads + SEALED_VALUE_COST * read) * seg.count
+                                }
+                            }
+                        })
+                        .collect();
+                    assert_eq!(
+                        expanded, walked,
+                        "{config:?} after {step} tokens, {reads:?}"
+                    );
+                }
                 let k = normals(&mut rng, width, 1.0);
                 let v = normals(&mut rng, width, 1.0);
                 for layer in 0..SHAPE.n_layers {
@@ -934,8 +967,12 @@ mod tests {
             .fold(0.0, f64::max) as f32
     }
 
-    #[test]
-    fn sparse_values_bound_a_split_without_the_sinks_by_them() {
+    /// Four sinks, 24 sealed pages of 8 tokens and a window page; the sinks and the last
+    /// sealed page (`LOUD_PAGE`, tokens `loud`) lie along each group's query (scores ~8.5) and
+    /// hold nearly all the attention; every other token scores ~0, so within the later half of
+    /// a two-item split every page looks weighty against that half's own sum. The config, keys,
+    /// values and query.
+    fn sinks_and_a_loud_page() -> (KvConfig, Vec<f32>, Vec<f32>, Vec<f32>) {
         let (d, width) = (SHAPE.head_dim, SHAPE.kv_width());
         let config = KvConfig {
             page_tokens: 8,
@@ -946,11 +983,7 @@ mod tests {
         };
         let mut rng = SplitMix64::new(9);
         let (directions, q) = group_directions(&mut rng);
-        // Four sinks and one loud page late in the history, along each group's query (scores
-        // ~8.5), hold nearly all the attention; every other token scores ~0, so within the
-        // later half of a two-item split every page looks weighty against that half's own sum.
         let tokens = 4 + 24 * 8 + 8;
-        let loud = |t: usize| t < 4 || (4 + 23 * 8..4 + 24 * 8).contains(&t);
         let mut k = Vec::with_capacity(tokens * width);
         for t in 0..tokens {
             for direction in &directions {
@@ -960,6 +993,18 @@ mod tests {
             }
         }
         let v = normals(&mut rng, tokens * width, 1.0);
+        (config, k, v, q)
+    }
+
+    /// Whether token `t` of [`sinks_and_a_loud_page`] is a sink or on the loud page.
+    fn loud(t: usize) -> bool {
+        t < 4 || (4 + 23 * 8..4 + 24 * 8).contains(&t)
+    }
+
+    #[test]
+    fn sparse_values_bound_a_split_without_the_sinks_by_them() {
+        let (config, k, v, q) = sinks_and_a_loud_page();
+        let tokens = k.len() / SHAPE.kv_width();
         let team = std::sync::Arc::new(spinkv_kernels::team::Team::new(2).unwrap());
         let attend = |threshold: f32| sparse_attend(&config, threshold, (&k, &v), &q, Some(&team));
         // 24 sealed pages, 2 KV heads.
@@ -970,6 +1015,54 @@ mod tests {
         let rest_share = attention_share(&keys, &q, tokens, |t| !loud(t));
         assert!(rest_share < 0.05, "the sinks do not dominate: {rest_share}");
         assert_moved_within(&sparse, &every_page, rest_share, &values, &config);
+    }
+
+    /// A decode split keeps, per segment, how many KV heads' value blocks it read (the loud
+    /// sealed page: both; the quiet ones: none; fp16 pages: every head), and the next split
+    /// weighs the pages by it; a call on one thread leaves the record alone, and truncating
+    /// clears it.
+    #[test]
+    fn a_decode_split_records_the_value_blocks_it_read() {
+        let (config, k, v, q) = sinks_and_a_loud_page();
+        let tokens = k.len() / SHAPE.kv_width();
+        let config = KvConfig {
+            sparse_v: 1e-3,
+            ..config
+        };
+        let mut cache = KvCache::new(SHAPE, config).unwrap();
+        for layer in 0..SHAPE.n_layers {
+            cache.append(layer, &k, &v).unwrap();
+        }
+        let record = |cache: &KvCache| cache.value_reads.lock().unwrap()[0].clone();
+        let mut out = vec![0.0f32; q.len()];
+        cache.attend(0, &q, tokens - 1, &mut out).unwrap();
+        assert!(record(&cache).is_empty(), "one thread wrote a record");
+
+        let team = std::sync::Arc::new(spinkv_kernels::team::Team::new(2).unwrap());
+        team.install(|| cache.attend(0, &q, tokens - 1, &mut out).unwrap());
+        let heads = SHAPE.n_kv_heads as u8;
+        // Segments: the sink page, 24 sealed pages (the last one loud), the window page.
+        let mut want = vec![0u8; 26];
+        (want[0], want[24], want[25]) = (heads, heads, heads);
+        assert_eq!(record(&cache), want);
+        let table = cache.table(0).unwrap();
+        let runs = crate::attend::cost_runs(table, 8, SHAPE.n_kv_heads, Some(&want));
+        let (quiet, loud) = (runs[1], runs[2]);
+        assert_eq!(quiet.0, 23);
+        assert!(loud.1 > quiet.1, "{runs:?}");
+        // The same split again reads the same blocks.
+        team.install(|| cache.attend(0, &q, tokens - 1, &mut out).unwrap());
+        assert_eq!(record(&cache), want);
+
+        // A prefill clears it (a restored session starts its turn with none either).
+        let two = [&q[..], &q[..]].concat();
+        let mut out_two = vec![0.0f32; two.len()];
+        cache.attend(0, &two, tokens - 2, &mut out_two).unwrap();
+        assert!(record(&cache).is_empty(), "a prefill kept the record");
+        team.install(|| cache.attend(0, &q, tokens - 1, &mut out).unwrap());
+        assert_eq!(record(&cache), want);
+        cache.truncate(tokens - 1);
+        assert!(record(&cache).is_empty(), "truncating kept the record");
     }
 
     #[test]
