@@ -325,17 +325,18 @@ fn plan_items(n: usize, runs: &[(usize, usize)], target: usize) -> Vec<Item> {
 /// older pages' values hardly at all and others' nearly all (depth 7,680 on the licence mix:
 /// layers 0–11 read 2.5–3.0 of 3 heads' blocks a page, layers 12–29 0.02–0.5 in the first half
 /// and 0.5–2.4 in the second), so a page's cost follows what the layer's last decode split read
-/// of it. The costs come from timing each item of 7,680 such splits (SmolLM2-135M, turbo, 2
-/// threads, AMD EPYC Zen 4) and fitting `time = key · sealed + value · read + fp16 · fp16` per
-/// head-token: 6.0, 4.4 and 32 ns at depth 7,680; at 2,048, with a constant per item, 2.5, 4.0
-/// and 22 ns. The keys take 4 ns here, between the two. In-process A/B of decode attention against one cost per sealed token (and an fp16
-/// token at 3–6 of them, by depth): at 7,680 licence mix 0.970, Python code 0.968, bash manual
-/// 0.992; at 2,048 code 0.921, mix 0.938; at 512 code 0.868, mix 0.990. A key cost of 15 (the
-/// 2,048 fit's ratios) read 1.00, 1.06, 0.98 and 1.00 on the first four; 30 (the 7,680 fit
-/// with the items' fixed costs in the keys') 0.971, 0.968 at 7,680 and 1.034, 0.994 at 2,048.
-pub(crate) const SEALED_KEY_COST: usize = 20;
-pub(crate) const SEALED_VALUE_COST: usize = 22;
-pub(crate) const FP16_HEAD_COST: usize = 160;
+/// of it. The costs are a fit of `time = key · sealed + value · read + fp16 · fp16 + const` (per
+/// head-token) to the median time of each layer's two items over 256 decode steps, split by
+/// this model (SmolLM2-135M, turbo, 2 threads, AMD EPYC Zen 4, licence mix): 5.2, 4.2 and 32 ns
+/// at depth 7,680; 6.6, 4.1 and 38 ns at 2,048; here 5.6, 4.2 and 35. In-process A/B of decode attention, these
+/// costs against key 4, value 4.4, fp16 32 ns (an earlier fit, made while one split served
+/// every layer): at 7,680 licence mix 0.977, Python code 0.957; at 2,048 0.944, 0.952. That
+/// one against a single cost per sealed token (and an fp16 token at 3–6 of them, by depth): at
+/// 7,680 0.970, 0.968, bash manual 0.992; at 2,048 0.921, 0.938. A key cost of 6.6 ns read
+/// 1.031, 0.997, 0.885, 1.005 against these: within the noise.
+pub(crate) const SEALED_KEY_COST: usize = 28;
+pub(crate) const SEALED_VALUE_COST: usize = 21;
+pub(crate) const FP16_HEAD_COST: usize = 175;
 
 /// What scanning each segment of a layer costs, as runs of `(segments, cost of each)` in
 /// segment order (neighbours of one cost merged): the fp16 pages by their tokens, the sealed
