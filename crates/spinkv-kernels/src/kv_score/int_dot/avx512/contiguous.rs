@@ -115,7 +115,8 @@ impl Plan {
                     nibbles[half] = true;
                     for row in 0..QUAD {
                         for i in 0..16 {
-                            gather[half][16 * row + i] = (row * bytes + first / 8 + i).min(127) as u8;
+                            gather[half][16 * row + i] =
+                                (row * bytes + first / 8 + i).min(127) as u8;
                         }
                     }
                 }
@@ -188,10 +189,18 @@ pub(super) unsafe fn try_score(
                 macro_rules! go {
                     ($h:expr) => {
                         match nib {
-                            [true, true] => pass::<$h, true, true>(plan, tables, r, queries, h0, scores, stride),
-                            [true, false] => pass::<$h, true, false>(plan, tables, r, queries, h0, scores, stride),
-                            [false, true] => pass::<$h, false, true>(plan, tables, r, queries, h0, scores, stride),
-                            [false, false] => pass::<$h, false, false>(plan, tables, r, queries, h0, scores, stride),
+                            [true, true] => {
+                                pass::<$h, true, true>(plan, tables, r, queries, h0, scores, stride)
+                            }
+                            [true, false] => pass::<$h, true, false>(
+                                plan, tables, r, queries, h0, scores, stride,
+                            ),
+                            [false, true] => pass::<$h, false, true>(
+                                plan, tables, r, queries, h0, scores, stride,
+                            ),
+                            [false, false] => pass::<$h, false, false>(
+                                plan, tables, r, queries, h0, scores, stride,
+                            ),
                         }
                     };
                 }
@@ -264,13 +273,10 @@ unsafe fn pass<const H: usize, const N0: bool, const N1: bool>(
             let j0 = first + b0;
             // SAFETY: the block's rows lie inside the page (checked by the caller).
             let base = unsafe { page.as_ptr().add(b0 * bytes) };
-            let mut sums = [[_mm512_setzero_si512(); QUAD]; H];
-            for (m, quad_rows) in (0..nb).step_by(QUAD).enumerate() {
-                // The quad's bytes that are rows of the block: never past the page's rows.
-                let present = (nb - quad_rows).min(QUAD) * bytes;
+            // One quad's sums per head from its `present` bytes at `at`.
+            let quad = |at: *const i8, present: usize| -> [__m512i; H] {
                 // SAFETY: the masked loads stay inside the quad's present rows.
                 let (a, b) = unsafe {
-                    let at = base.add(quad_rows * bytes) as *const i8;
                     (
                         _mm512_maskz_loadu_epi8(mask_of(present), at),
                         _mm512_maskz_loadu_epi8(
@@ -282,7 +288,9 @@ unsafe fn pass<const H: usize, const N0: bool, const N1: bool>(
                 let mut acc = [_mm512_setzero_si512(); H];
                 for half in 0..2 {
                     let gathered = _mm512_permutex2var_epi8(a, plan.gather[half], b);
-                    for (cut, (shift, dealt)) in plan.shift[half].iter().zip(&dealt[half]).enumerate() {
+                    for (cut, (shift, dealt)) in
+                        plan.shift[half].iter().zip(&dealt[half]).enumerate()
+                    {
                         let code = if !nibble[half] {
                             _mm512_multishift_epi64_epi8(*shift, gathered)
                         } else if cut == 0 {
@@ -296,15 +304,33 @@ unsafe fn pass<const H: usize, const N0: bool, const N1: bool>(
                         }
                     }
                 }
-                for h in 0..H {
-                    sums[h][m] = acc[h];
+                acc
+            };
+            // A whole block's four quads in a loop of constant length, unrolled with their
+            // masks fixed: `kernel_bench`'s key scan 2.31–2.33 ns a row against 2.50–2.54 with
+            // the loop below for every block, decode attention at depth 7,680 B/A 0.933, 0.965
+            // in-process (turbo, 2 threads, AMD EPYC Zen 4).
+            let quads: [[__m512i; H]; QUAD] = if nb == BLOCK {
+                core::array::from_fn(|m| {
+                    quad(
+                        base.wrapping_add(m * QUAD * bytes) as *const i8,
+                        QUAD * bytes,
+                    )
+                })
+            } else {
+                let mut quads = [[_mm512_setzero_si512(); H]; QUAD];
+                for (sums, quad_rows) in quads.iter_mut().zip((0..nb).step_by(QUAD)) {
+                    // The quad's bytes that are rows of the block: never past the page's rows.
+                    let present = (nb - quad_rows).min(QUAD) * bytes;
+                    *sums = quad(base.wrapping_add(quad_rows * bytes) as *const i8, present);
                 }
-            }
+                quads
+            };
             let mask = ((1u32 << nb) - 1) as __mmask16;
             // SAFETY: rows j0..j0 + nb have scales; masked lanes stay inside.
             let scale = unsafe { _mm512_maskz_loadu_ps(mask, r.scales.as_ptr().add(j0)) };
             for h in 0..H {
-                let sum = _mm512_permutexvar_epi32(order, reduce_quads(&sums[h]));
+                let sum = _mm512_permutexvar_epi32(order, reduce_quads(&quads.map(|q| q[h])));
                 // Wrapping int32 sums: exact once the bias is off, whatever the order.
                 let sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(bias[h]));
                 // The reference's `(factor · sum) · scale`, unfused.
