@@ -223,17 +223,15 @@ pub(crate) fn attend(job: &AttendJob<'_>, value_reads: &mut Vec<u8>, out: &mut [
         states_buf.resize(items.len() * stride, 0.0);
     }
     let states = &mut states_buf[..items.len() * stride];
-    // Each item's slice of the value-read record (a decode split's items hold disjoint,
-    // ascending segment ranges).
+    // Each item's slice of the value-read record (a decode split's items cover the segments
+    // in order, end to end).
     let mut item_reads: Vec<Option<&mut [u8]>> = Vec::with_capacity(items.len());
     if decode_split {
         let mut rest = &mut value_reads[..];
-        let mut at = 0;
         for item in &items {
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(item.segments.start - at);
-            let (mine, tail) = tail.split_at_mut(item.segments.len());
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(item.segments.len());
             item_reads.push(Some(mine));
-            (rest, at) = (tail, item.segments.end);
+            rest = tail;
         }
     } else {
         item_reads.resize_with(items.len(), || None);

@@ -2,7 +2,7 @@
 
 use crate::profile::{timed, Phase, PhaseCounters, PhaseTimes};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use crate::attend::{attend, AttendJob};
 use crate::codec::fp16::Fp16Layout;
@@ -223,16 +223,14 @@ impl KvCache {
             sparse_v: self.config.sparse_v,
             profile: self.profile.as_deref(),
         };
-        let take = |reads: &mut Vec<Vec<u8>>| std::mem::take(&mut reads[layer]);
-        let mut reads = match self.value_reads.lock() {
-            Ok(mut guard) => take(&mut guard),
-            Err(poisoned) => take(&mut poisoned.into_inner()),
+        let records = || {
+            self.value_reads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
         };
+        let mut reads = std::mem::take(&mut records()[layer]);
         let scratch = attend(&job, &mut reads, out);
-        match self.value_reads.lock() {
-            Ok(mut guard) => guard[layer] = reads,
-            Err(poisoned) => poisoned.into_inner()[layer] = reads,
-        }
+        records()[layer] = reads;
         self.peak_scratch.fetch_max(scratch, Ordering::Relaxed);
         Ok(())
     }
@@ -419,10 +417,8 @@ impl KvCache {
             return;
         }
         // The record describes pages that may be gone.
-        match self.value_reads.get_mut() {
-            Ok(reads) => reads[layer].clear(),
-            Err(poisoned) => poisoned.into_inner()[layer].clear(),
-        }
+        let records = self.value_reads.get_mut();
+        records.unwrap_or_else(PoisonError::into_inner)[layer].clear();
         let mut released = Vec::new();
         let window_start = table.window_start(p);
         if len >= window_start {
