@@ -1013,6 +1013,28 @@ mod tests {
         assert_moved_within(&sparse, &every_page, rest_share, &values, &config);
     }
 
+    /// Sealing a page encodes its heads' key and value blocks as tasks of the team: the pages
+    /// (and so a snapshot of the cache) are the same bytes as sealed on one thread, for every
+    /// compressing preset.
+    #[test]
+    fn pages_sealed_on_a_team_are_the_bytes_sealed_on_one_thread() {
+        let (_, k, v, _) = sinks_and_a_loud_page();
+        let team = std::sync::Arc::new(spinkv_kernels::team::Team::new(2).unwrap());
+        for preset in ["turbo", "turbo-qjl", "kivi2"] {
+            let config = KvConfig::preset(preset).unwrap();
+            let fill = || {
+                let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
+                for layer in 0..SHAPE.n_layers {
+                    cache.append(layer, &k, &v).unwrap();
+                }
+                cache.snapshot_bytes()
+            };
+            let alone = fill();
+            let on_team = team.install(fill);
+            assert!(alone == on_team, "{preset}: the pages differ");
+        }
+    }
+
     /// A decode split keeps, per segment, how many KV heads' value blocks it read (the loud
     /// sealed page: both; the quiet ones: none; fp16 pages: every head), and the next split
     /// weighs the pages by it; a call on one thread leaves the record alone, and truncating

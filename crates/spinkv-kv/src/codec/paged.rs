@@ -8,6 +8,7 @@ use crate::config::{KvCodecKind, KvConfig, KvShape, NormFormat};
 use crate::page::{
     align16, write_header, PageHeader, FLAG_SEALED, HEADER_BYTES, PAGE_FORMAT_VERSION, PAGE_MAGIC,
 };
+use spinkv_kernels::team::for_each_mut;
 
 /// Maximum head dim of the compressing codecs (their per-token scratch lives on the stack).
 pub(crate) const MAX_CODED_DIM: usize = 1024;
@@ -193,6 +194,12 @@ impl<K: KeyHalf, V: ValueHalf> PagedCodec<K, V> {
     }
 }
 
+/// One head's key or value block of a page being sealed: a task of [`SealedCodec::encode_page`].
+enum Half<'p> {
+    Keys(usize, KeyBlockMut<'p>),
+    Values(usize, &'p mut [u8], &'p mut [u8]),
+}
+
 /// Views of the blocks of up to [`MAX_RUN_PAGES`] pages of a run, built on the stack.
 fn run_blocks<'p, B: Copy>(
     pages: &[&'p [u8]],
@@ -223,11 +230,6 @@ fn for_each_run<'p>(
         let visible = (rows.visible - first).min(run_tokens);
         f(run, first, ScoreRows { visible, ..rows });
     }
-}
-
-/// Splits `len` bytes at `at` of `page` off as a mutable slice.
-fn cut(page: &mut [u8], at: usize, len: usize) -> &mut [u8] {
-    &mut page[at..at + len]
 }
 
 impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
@@ -290,29 +292,59 @@ impl<K: KeyHalf, V: ValueHalf> SealedCodec for PagedCodec<K, V> {
     ) {
         let run = self.page_tokens * self.head_dim;
         page[HEADER_BYTES..].fill(0);
-        let (ks, kc, kr) = (
+        let h = self.n_kv_heads;
+        // The five sections, each cut into its heads' blocks.
+        let mut sections: [Vec<&mut [u8]>; 5] = Default::default();
+        let sizes = [
             self.keys.side_bytes(),
             self.keys.code_bytes(),
             self.keys.residual_bytes(),
-        );
-        let (vs, vc) = (self.values.side_bytes(), self.values.code_bytes());
-        for head in 0..self.n_kv_heads {
-            let rows = &keys[head * run..(head + 1) * run];
-            // Three disjoint sections of the page, cut one after another.
-            let (before_codes, rest) = page.split_at_mut(self.offsets[1]);
-            let (codes_part, residual_part) = rest.split_at_mut(self.offsets[2] - self.offsets[1]);
-            let block = KeyBlockMut {
-                side: cut(before_codes, self.offsets[0] + head * ks, ks),
-                codes: cut(codes_part, head * kc, kc),
-                residual: cut(residual_part, head * kr, kr),
-            };
-            self.keys.encode(layer, head, rows, block);
-            let rows = &values[head * run..(head + 1) * run];
-            let (before_codes, codes_part) = page.split_at_mut(self.offsets[4]);
-            let side = cut(before_codes, self.offsets[3] + head * vs, vs);
-            self.values
-                .encode(layer, head, rows, side, cut(codes_part, head * vc, vc));
+            self.values.side_bytes(),
+            self.values.code_bytes(),
+        ];
+        let mut rest = &mut page[self.offsets[0]..self.offsets[5]];
+        for (i, (blocks, &per_head)) in sections.iter_mut().zip(&sizes).enumerate() {
+            let (section, tail) = rest.split_at_mut(self.offsets[i + 1] - self.offsets[i]);
+            rest = tail;
+            let mut section = &mut section[..per_head * h];
+            for _ in 0..h {
+                let (block, tail) = section.split_at_mut(per_head);
+                blocks.push(block);
+                section = tail;
+            }
         }
+        let [k_side, k_codes, k_residual, v_side, v_codes] = sections;
+        // Every head's key block and value block is a task of its own: sealing a page on
+        // decode's path waits for all of them, and its halves take about as long.
+        let mut halves: Vec<Half<'_>> = Vec::with_capacity(2 * h);
+        for (head, ((side, codes), residual)) in
+            k_side.into_iter().zip(k_codes).zip(k_residual).enumerate()
+        {
+            let block = KeyBlockMut {
+                side,
+                codes,
+                residual,
+            };
+            halves.push(Half::Keys(head, block));
+        }
+        for (head, (side, codes)) in v_side.into_iter().zip(v_codes).enumerate() {
+            halves.push(Half::Values(head, side, codes));
+        }
+        for_each_mut(&mut halves, |half| match half {
+            Half::Keys(head, block) => {
+                let rows = &keys[*head * run..(*head + 1) * run];
+                let block = KeyBlockMut {
+                    side: &mut *block.side,
+                    codes: &mut *block.codes,
+                    residual: &mut *block.residual,
+                };
+                self.keys.encode(layer, *head, rows, block);
+            }
+            Half::Values(head, side, codes) => {
+                let rows = &values[*head * run..(*head + 1) * run];
+                self.values.encode(layer, *head, rows, side, codes);
+            }
+        });
         write_header(page, &self.page_header(layer, first_token));
     }
 
