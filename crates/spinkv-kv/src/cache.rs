@@ -687,9 +687,34 @@ mod tests {
     /// were read, every head's where it has no entry), at every length from empty through
     /// sinks, sealed pages and a partly filled window, with and without a record.
     #[test]
-    fn cost_runs_follow_the_segments() {
-        use crate::attend::{cost_runs, FP16_HEAD_COST, SEALED_KEY_COST, SEALED_VALUE_COST};
+    fn segment_costs_follow_the_segments() {
+        use crate::attend::{SegmentCosts, FP16_HEAD_COST, SEALED_KEY_COST, SEALED_VALUE_COST};
         use crate::table::PageKind;
+        // The split's bounds, walked from every segment's cost and their plain sum.
+        let walked_bounds = |costs: &[usize], chunks: usize| -> Vec<usize> {
+            let n = costs.len();
+            let total: usize = costs.iter().sum();
+            let prefix: Vec<usize> = costs
+                .iter()
+                .scan(0, |running, cost| {
+                    *running += cost;
+                    Some(*running)
+                })
+                .collect();
+            (0..=chunks)
+                .map(|c| match c {
+                    _ if total == 0 => c * n / chunks,
+                    0 => 0,
+                    _ if c == chunks => n,
+                    _ => {
+                        1 + prefix
+                            .iter()
+                            .position(|&r| r * chunks >= c * total)
+                            .expect("the whole sum reaches every share")
+                    }
+                })
+                .collect()
+        };
         let heads = SHAPE.n_kv_heads;
         for config in configs() {
             let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
@@ -703,10 +728,13 @@ mod tests {
                     .map(|i| (i % (heads + 1)) as u8)
                     .collect();
                 for reads in [None, Some(&record[..])] {
-                    let expanded: Vec<usize> = cost_runs(table, p, heads, reads)
-                        .into_iter()
-                        .flat_map(|(k, each)| std::iter::repeat_n(each, k))
-                        .collect();
+                    let costs = SegmentCosts {
+                        table,
+                        page_tokens: p,
+                        n_kv_heads: heads,
+                        reads,
+                    };
+                    let each: Vec<usize> = costs.each().collect();
                     let walked: Vec<usize> = (0..table.segment_count())
                         .map(|i| {
                             let seg = table.segment(i, p);
@@ -719,10 +747,16 @@ mod tests {
                             }
                         })
                         .collect();
-                    assert_eq!(
-                        expanded, walked,
-                        "{config:?} after {step} tokens, {reads:?}"
-                    );
+                    let at = format!("{config:?} after {step} tokens, {reads:?}");
+                    assert_eq!(each, walked, "{at}");
+                    assert_eq!(costs.total(), walked.iter().sum::<usize>(), "{at}");
+                    for chunks in 1..5 {
+                        assert_eq!(
+                            costs.bounds(chunks),
+                            walked_bounds(&walked, chunks),
+                            "{at}, {chunks} chunks"
+                        );
+                    }
                 }
                 let k = normals(&mut rng, width, 1.0);
                 let v = normals(&mut rng, width, 1.0);
@@ -1064,10 +1098,15 @@ mod tests {
         (want[0], want[24], want[25]) = (heads, heads, heads);
         assert_eq!(record(&cache), want);
         let table = cache.table(0).unwrap();
-        let runs = crate::attend::cost_runs(table, 8, SHAPE.n_kv_heads, Some(&want));
-        let (quiet, loud) = (runs[1], runs[2]);
-        assert_eq!(quiet.0, 23);
-        assert!(loud.1 > quiet.1, "{runs:?}");
+        let costs = crate::attend::SegmentCosts {
+            table,
+            page_tokens: 8,
+            n_kv_heads: SHAPE.n_kv_heads,
+            reads: Some(&want),
+        };
+        let costs: Vec<usize> = costs.each().collect();
+        assert!(costs[1..24].iter().all(|&c| c == costs[1]), "{costs:?}");
+        assert!(costs[24] > costs[1], "{costs:?}");
         // The same split again reads the same blocks.
         team.install(|| cache.attend(0, &q, tokens - 1, &mut out).unwrap());
         assert_eq!(record(&cache), want);
