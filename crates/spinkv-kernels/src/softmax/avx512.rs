@@ -67,6 +67,26 @@ pub unsafe fn exp_sub_sum_capped(x: &mut [f32], m: f32, cap: f32) -> (usize, f32
     let below = _mm512_set1_ps(f32::NEG_INFINITY);
     let mut vsum = _mm512_setzero_ps();
     let mut i = 0;
+    // Whole blocks with plain loads and stores: no lane masks to work out (the same sums, so
+    // the same bits as the masked loop below). Against working out four masks per block:
+    // decode attention at depth 7,680 B/A 0.992, 0.969, 0.968, 0.988, 0.971 in-process
+    // (SmolLM2-135M, turbo, 2 threads, AMD EPYC Zen 4).
+    while i + super::CAP_BLOCK <= n {
+        // SAFETY: i + CAP_BLOCK <= n: every vector of the block lies inside x.
+        let v: [__m512; VECTORS] =
+            core::array::from_fn(|k| unsafe { _mm512_loadu_ps(p.add(i + 16 * k)) });
+        let top = _mm512_max_ps(_mm512_max_ps(v[0], v[1]), _mm512_max_ps(v[2], v[3]));
+        if _mm512_cmp_ps_mask::<_CMP_GT_OQ>(top, vcap) != 0 {
+            return (i, reduce16(vsum));
+        }
+        for (k, v) in v.iter().enumerate() {
+            let e = exp_softmax(_mm512_sub_ps(*v, vm));
+            // SAFETY: as the loads.
+            unsafe { _mm512_storeu_ps(p.add(i + 16 * k), e) };
+            vsum = _mm512_add_ps(vsum, e);
+        }
+        i += super::CAP_BLOCK;
+    }
     while i < n {
         let mut v = [below; VECTORS];
         let mut masks: [__mmask16; VECTORS] = [0; VECTORS];
