@@ -243,11 +243,11 @@ pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
     } else {
         let shares: Vec<Shares<'_, '_>> = parts.into_iter().map(Shares::new).collect();
         for_each(shares.len(), |own| {
-            while let Some((w, rows, out)) = shares[own].claim_front() {
+            while let Some((w, rows, out)) = shares[own].claim(false) {
                 input.apply(w, rows, out)
             }
             for other in (1..shares.len()).map(|i| (own + i) % shares.len()) {
-                while let Some((w, rows, out)) = shares[other].claim_back() {
+                while let Some((w, rows, out)) = shares[other].claim(true) {
                     input.apply(w, rows, out)
                 }
             }
@@ -280,35 +280,32 @@ impl<'w, 'o> Shares<'w, 'o> {
         }
     }
 
-    fn claim_front(&self) -> Option<RowSpan<'w, 'o>> {
+    /// The next rows of this part from its front (its own thread) or its back (a helper).
+    fn claim(&self, from_back: bool) -> Option<RowSpan<'w, 'o>> {
         let mut guard = self.left.lock().unwrap_or_else(|e| e.into_inner());
         let (rows, spans) = &mut *guard;
-        let want = (*rows / 4).max(MIN_CLAIM_ROWS);
-        let (w, range, out) = spans.pop_front()?;
+        let share = if from_back { 2 } else { 4 };
+        let want = (*rows / share).max(MIN_CLAIM_ROWS);
+        let (w, range, out) = if from_back {
+            spans.pop_back()
+        } else {
+            spans.pop_front()
+        }?;
         if range.len() <= want {
             *rows -= range.len();
             return Some((w, range, out));
         }
-        let (mine, rest) = out.split_at_mut(want);
-        spans.push_front((w, range.start + want..range.end, rest));
         *rows -= want;
-        Some((w, range.start..range.start + want, mine))
-    }
-
-    fn claim_back(&self) -> Option<RowSpan<'w, 'o>> {
-        let mut guard = self.left.lock().unwrap_or_else(|e| e.into_inner());
-        let (rows, spans) = &mut *guard;
-        let want = (*rows / 2).max(MIN_CLAIM_ROWS);
-        let (w, range, out) = spans.pop_back()?;
-        if range.len() <= want {
-            *rows -= range.len();
-            return Some((w, range, out));
+        if from_back {
+            let keep = range.len() - want;
+            let (rest, mine) = out.split_at_mut(keep);
+            spans.push_back((w, range.start..range.start + keep, rest));
+            Some((w, range.start + keep..range.end, mine))
+        } else {
+            let (mine, rest) = out.split_at_mut(want);
+            spans.push_front((w, range.start + want..range.end, rest));
+            Some((w, range.start..range.start + want, mine))
         }
-        let keep = range.len() - want;
-        let (rest, mine) = out.split_at_mut(keep);
-        spans.push_back((w, range.start..range.start + keep, rest));
-        *rows -= want;
-        Some((w, range.start + keep..range.end, mine))
     }
 }
 
@@ -493,11 +490,7 @@ mod tests {
             let shares = Shares::new(part);
             let mut front = true;
             loop {
-                let claim = if front {
-                    shares.claim_front()
-                } else {
-                    shares.claim_back()
-                };
+                let claim = shares.claim(!front);
                 let Some((WeightRef::F16(w), rows, out)) = claim else {
                     break;
                 };
