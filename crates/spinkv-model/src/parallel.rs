@@ -232,9 +232,9 @@ pub(crate) fn matvec_jobs(x: &[f32], jobs: &mut [LinearJob<'_>]) {
     let mut buffers = take_buffers();
     let input = SharedInput::new(x, k, jobs, std::mem::take(&mut buffers.q8));
     let mut parts = thread_parts(jobs, current_threads());
-    if input.q8.is_some() {
+    if input.q8.is_some() || parts.len() == 1 {
         // The Q8_0 decode kernel walks a call's rows as four streams a quarter apart: it
-        // wants each part whole.
+        // wants each part whole. One thread has no one to share with.
         for_each_mut(&mut parts, |part| {
             for (w, rows, out) in part.iter_mut() {
                 input.apply(*w, rows.clone(), out)
