@@ -263,8 +263,8 @@ const MIN_CLAIM_ROWS: usize = 16;
 /// A thread's part of a decode fork-join, its rows handed out under a lock: its own thread
 /// claims from the front (a quarter of what is left, so its stream runs on unbroken), a thread
 /// done with its own part claims from the back (half of what is left). Two threads on equal
-/// halves still ended ~4–9 µs apart on average (timers per fork-join, AMD EPYC Zen 4: 0.6–0.8
-/// ms a token of one thread waiting for the other); taking the rest from the back measured
+/// halves still ended 4–7 µs apart on average (timers per fork-join, AMD EPYC Zen 4: 0.57–0.78
+/// ms a token of one thread waiting for the other; ~1 µs with this); taking the rest measured
 /// decode B/A 0.987, 0.976, 0.971, 0.963 against whole halves (F16, depths 512 and 7,680,
 /// in-process). With Q8_0 weights it read 1.11–1.23: that kernel splits a call's rows into
 /// four streams, which small claims break up.
