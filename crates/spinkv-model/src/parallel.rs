@@ -269,33 +269,31 @@ const MIN_CLAIM_ROWS: usize = 16;
 /// in-process). With Q8_0 weights it read 1.11–1.23: that kernel splits a call's rows into
 /// four streams, which small claims break up.
 struct Shares<'w, 'o> {
-    left: Mutex<(usize, VecDeque<RowSpan<'w, 'o>>)>,
+    left: Mutex<VecDeque<RowSpan<'w, 'o>>>,
 }
 
 impl<'w, 'o> Shares<'w, 'o> {
     fn new(spans: Vec<RowSpan<'w, 'o>>) -> Self {
-        let rows = spans.iter().map(|(_, r, _)| r.len()).sum();
         Shares {
-            left: Mutex::new((rows, spans.into())),
+            left: Mutex::new(spans.into()),
         }
     }
 
     /// The next rows of this part from its front (its own thread) or its back (a helper).
     fn claim(&self, from_back: bool) -> Option<RowSpan<'w, 'o>> {
-        let mut guard = self.left.lock().unwrap_or_else(|e| e.into_inner());
-        let (rows, spans) = &mut *guard;
+        let mut spans = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        // A part holds a span per matrix it touches: a handful to add up.
+        let rows: usize = spans.iter().map(|(_, r, _)| r.len()).sum();
         let share = if from_back { 2 } else { 4 };
-        let want = (*rows / share).max(MIN_CLAIM_ROWS);
+        let want = (rows / share).max(MIN_CLAIM_ROWS);
         let (w, range, out) = if from_back {
             spans.pop_back()
         } else {
             spans.pop_front()
         }?;
         if range.len() <= want {
-            *rows -= range.len();
             return Some((w, range, out));
         }
-        *rows -= want;
         if from_back {
             let keep = range.len() - want;
             let (rest, mine) = out.split_at_mut(keep);
@@ -322,9 +320,8 @@ type RowSpan<'w, 'o> = (WeightRef<'w>, Range<usize>, &'o mut [f32]);
 /// of a fork-join reads the same input width.
 fn thread_parts<'w, 'o>(jobs: &'o mut [LinearJob<'w>], n: usize) -> Vec<Vec<RowSpan<'w, 'o>>> {
     let total: usize = jobs.iter().map(|j| j.rows).sum();
-    let n = n.clamp(1, total.max(1));
-    // Whole quads of rows where it can (the kernels' row blocks).
-    let per_part = total.div_ceil(n).next_multiple_of(4).max(1);
+    // Whole quads of rows where it can (the kernels' row blocks); no empty parts.
+    let per_part = total.div_ceil(n.max(1)).next_multiple_of(4).max(1);
     let n = total.div_ceil(per_part).max(1);
     let mut parts: Vec<Vec<RowSpan<'w, 'o>>> = (0..n).map(|_| Vec::new()).collect();
     // The first row of the current job in the rows end to end.
