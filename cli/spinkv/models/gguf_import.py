@@ -41,6 +41,7 @@ from spinkv.errors import (
     ModelNotFoundError,
     UnsupportedError,
 )
+from spinkv.models.gguf_check import check_gguf_layout
 from spinkv.models.tensor_names import OPTIONAL, gguf_to_hf
 from spinkv.util.safetensors_io import DTYPES, TensorPlan, write_safetensors
 
@@ -110,6 +111,7 @@ class GGUFModel:
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelNotFoundError(f"GGUF file not found: {self.path}")
+        check_gguf_layout(self.path)
         try:
             self.reader = gguf.GGUFReader(self.path)
         except Exception as exc:  # the reader raises ValueError, struct.error, IndexError...
