@@ -231,7 +231,7 @@ def test_failed_reimport_keeps_previous(make_gguf: Callable[..., Path], spinkv_h
     before = (good / "model.safetensors").read_bytes()
     bad = make_gguf("Q8_0", raw_override={"blk.0.attn_v.weight": "IQ4_NL"})
     with pytest.raises(UnsupportedError):
-        import_gguf(bad, name="tiny")
+        import_gguf(bad, name="tiny", replace=True)
     assert (good / "model.safetensors").read_bytes() == before
     assert sorted(p.name for p in (spinkv_home / "models").iterdir()) == ["tiny"]
 

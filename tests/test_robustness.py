@@ -269,6 +269,22 @@ def test_8_a_killed_import_is_cleaned_up_by_the_next(tiny: LoadedModel, spinkv_h
     assert sorted(p.name for p in models.iterdir()) == ["t"]
 
 
+def test_8_import_gguf_replaces_another_model_only_with_force(
+    tiny: LoadedModel, spinkv_home: Path, tmp_path: Path
+) -> None:
+    first = write_gguf_from_hf(tiny.path, tmp_path / "a.gguf")
+    second = write_gguf_from_hf(tiny.path, tmp_path / "b.gguf")
+    assert spinkv_cli("models", "import-gguf", str(first), "--name", "t").returncode == 0
+    refused = spinkv_cli("models", "import-gguf", str(second), "--name", "t")
+    assert_one_line_error(refused, "already holds a model named 't'")
+    record = json.loads((spinkv_home / "models" / "t" / "spinkv.json").read_text())
+    assert record["source"]["path"] == str(first.resolve())
+    forced = spinkv_cli("models", "import-gguf", str(second), "--name", "t", "--force")
+    assert forced.returncode == 0, forced.stderr
+    record = json.loads((spinkv_home / "models" / "t" / "spinkv.json").read_text())
+    assert record["source"]["path"] == str(second.resolve())
+
+
 def test_8_sigterm_during_an_import_leaves_no_temp_directory(
     tiny: LoadedModel, spinkv_home: Path, tmp_path: Path
 ) -> None:

@@ -271,3 +271,82 @@ def test_default_model_is_reused(default_model_dir: Path) -> None:
     assert (default_model_dir / "model.safetensors").stat().st_mtime_ns == stamp
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         assert (default_model_dir / name).is_file()
+
+
+# --------------------------------------------------------------------------------------------
+# never over another model
+
+
+def test_a_gguf_named_like_a_registry_model_never_replaces_it(
+    make_gguf: Callable[..., Path], spinkv_home: Path, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """-m FILE.gguf whose name is a registry model's goes under a name of its own; the
+    registry model's directory (here a stand-in) is left as it was."""
+    registry_dir = copy_model(tiny_model_dir, spinkv_home / "models" / DEFAULT_MODEL)
+    before = (registry_dir / "model.safetensors").read_bytes()
+    impostor = tmp_path / "dl" / f"{DEFAULT_MODEL}.gguf"
+    impostor.parent.mkdir()
+    shutil.copy(make_gguf("Q8_0"), impostor)
+    first = resolve_model(str(impostor))
+    assert first.name.startswith(f"{DEFAULT_MODEL}-") and first.parent == registry_dir.parent
+    assert (registry_dir / "model.safetensors").read_bytes() == before
+    assert resolve_model(str(impostor)) == first  # reused under the same name
+
+
+def test_a_gguf_whose_name_another_import_holds_gets_a_name_of_its_own(
+    make_gguf: Callable[..., Path], spinkv_home: Path, tmp_path: Path
+) -> None:
+    first = resolve_model(str(make_gguf("Q8_0")))
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    other = tmp_path / "elsewhere" / "tiny-q8_0.gguf"
+    other.parent.mkdir()
+    shutil.copy(make_gguf("F32"), other)
+    second = resolve_model(str(other))
+    assert second != first and second.name.startswith("tiny-q8_0-")
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_import_names_are_checked_before_anything_is_replaced(
+    make_gguf: Callable[..., Path], spinkv_home: Path
+) -> None:
+    from spinkv.errors import InvalidInputError
+    from spinkv.models.gguf_import import import_gguf
+
+    first = import_gguf(make_gguf("Q8_0"), name="mine")
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    other = make_gguf("F32")
+    with pytest.raises(InvalidInputError, match="already holds a model named 'mine'"):
+        import_gguf(other, name="mine")
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+    assert import_gguf(other, name="mine", replace=True) == first  # explicit replacement
+    for reserved in ("smollm2", "SmolLM2-135M", DEFAULT_MODEL):
+        with pytest.raises(InvalidInputError, match="registry model"):
+            import_gguf(other, name=reserved)
+    for bad in ("", "a" * 101, ".."):
+        with pytest.raises(InvalidInputError, match="invalid model name"):
+            import_gguf(other, name=bad)
+    assert sorted(p.name for p in (spinkv_home / "models").iterdir()) == ["mine"]
+
+
+def test_an_alias_held_by_a_store_directory_means_that_directory(
+    tiny_model_dir: Path, spinkv_home: Path
+) -> None:
+    """A store directory named like a registry alias (an older version's import) is what
+    -m, info and rm mean by that name; rm never removes the registry model instead."""
+    models = spinkv_home / "models"
+    legacy = copy_model(tiny_model_dir, models / "smollm2")
+    registry_dir = copy_model(tiny_model_dir, models / DEFAULT_MODEL)
+    assert resolve_model("smollm2") == legacy.resolve()
+    assert remove_model("smollm2") == legacy
+    assert not legacy.exists() and registry_dir.is_dir()
+
+
+def test_models_info_of_a_gguf_adds_nothing_to_the_store(
+    make_gguf: Callable[..., Path], spinkv_home: Path
+) -> None:
+    from spinkv.models.store import viewed_model
+
+    with viewed_model(str(make_gguf("Q8_0"))) as path:
+        assert model_info(path).name == "tiny-q8_0"
+    models = spinkv_home / "models"
+    assert not models.exists() or list(models.iterdir()) == []

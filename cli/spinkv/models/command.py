@@ -63,11 +63,15 @@ def import_gguf(
     dtype: Annotated[WeightDtype, typer.Option("--dtype", help=WEIGHT_DTYPE_HELP)] = (
         WeightDtype.f16
     ),
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace a model of the same name imported from elsewhere."),
+    ] = False,
 ) -> None:
     """Convert a GGUF file into an HF-layout model in the store."""
     from spinkv.models.gguf_import import import_gguf as convert
 
-    path = convert(file, name=name, dtype=dtype.value)
+    path = convert(file, name=name, dtype=dtype.value, replace=force)
     print_note(f"imported {file} into {path}")
 
 
@@ -91,10 +95,11 @@ def info(
     name: Annotated[str, typer.Argument(help="A store name, a local directory or an HF repo id.")],
     json_output: opt.JsonOption = False,
 ) -> None:
-    """Details of one model."""
-    from spinkv.models.store import model_info, resolve_model
+    """Details of one model (a .gguf file not imported yet is read without adding it)."""
+    from spinkv.models.store import model_info, viewed_model
 
-    details = model_info(resolve_model(name))
+    with viewed_model(name) as path:
+        details = model_info(path)
     if json_output:
         _print_json(details.to_dict())
         return

@@ -621,8 +621,13 @@ def sanitize_name(name: str) -> str:
 
 
 def store_name_for(path: Path) -> str:
-    """The store name a GGUF file gets by default: its file name without .gguf."""
-    return sanitize_name(re.sub(r"\.gguf$", "", Path(path).name, flags=re.IGNORECASE))
+    """The store name a GGUF file gets by default: its file name without .gguf, cut to the
+    store's 100 characters."""
+    try:
+        clean = sanitize_name(re.sub(r"\.gguf$", "", Path(path).name, flags=re.IGNORECASE))
+    except InvalidInputError:
+        clean = ""
+    return clean[:100].lstrip("_").rstrip("-.") or "model"
 
 
 def source_record(path: Path) -> dict[str, Any]:
@@ -717,20 +722,27 @@ def import_gguf(
     *,
     out_dir: Path | None = None,
     source: Mapping[str, Any] | None = None,
+    replace: bool = False,
 ) -> Path:
     """Import a Llama-family GGUF into the model store (or exactly into out_dir).
 
-    name defaults to the file name without .gguf; an existing model of that name is replaced.
-    dtype is the weight type written: "f16" (default), "bf16" or "f32". source overrides the
-    provenance recorded in spinkv.json. Returns the model directory.
+    name defaults to the file name without .gguf. A registry model's names are refused, and so
+    is a name the store already holds for another model unless replace (an earlier import of
+    the same file is imported again). dtype is the weight type written: "f16" (default), "bf16"
+    or "f32". source overrides the provenance recorded in spinkv.json. Returns the model
+    directory.
     """
     if dtype not in DTYPES:
         raise InvalidInputError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
     path = Path(path).expanduser()
     if out_dir is None:
-        from spinkv.models.store import models_dir
+        from spinkv.models.store import store_placement
 
-        out_dir = models_dir() / (sanitize_name(name) if name else store_name_for(path))
+        store_name = sanitize_name(name) if name is not None else store_name_for(path)
+        record_source = dict(source) if source else None
+        if record_source is None and path.is_file():
+            record_source = source_record(path)
+        out_dir = store_placement(store_name, record_source, replace=replace)
     from spinkv.util.files import tree_size
     from spinkv.util.progress import current
 

