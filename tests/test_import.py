@@ -401,6 +401,51 @@ def test_tokenizer_vocab_mismatch(tiny_model_dir: Path, tmp_path: Path) -> None:
         load_tokenizer(model)
 
 
+@pytest.mark.parametrize("bos", [1 << 40, -1, 300, "1"])
+def test_special_token_ids_outside_the_vocab_are_refused(
+    tiny_model_dir: Path, tmp_path: Path, bos: object
+) -> None:
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model_dir, tmp_path / "m"))
+    (model / "generation_config.json").write_text(json.dumps({"bos_token_id": bos}))
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.pop("bos_token", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelFormatError, match="bos_token_id"):
+        load_tokenizer(model)
+
+
+def test_a_tokenizer_panic_is_a_model_format_error(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A pre-tokenizer regex that gives up panics inside `tokenizers` (a BaseException)."""
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model_dir, tmp_path / "m"))
+    spec = json.loads((model / "tokenizer.json").read_text())
+    split = {
+        "type": "Split",
+        "pattern": {"Regex": "(a|a|a|a)+$"},
+        "behavior": "Isolated",
+        "invert": False,
+    }
+    spec["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [split, spec["pre_tokenizer"]],
+    }
+    (model / "tokenizer.json").write_text(json.dumps(spec))
+    tokenizer = load_tokenizer(model)
+    with pytest.raises(ModelFormatError, match="tokenizer failed while encoding"):
+        tokenizer.encode("a" * 40 + "b")
+
+
+def test_a_template_file_that_is_not_utf8(tmp_path: Path) -> None:
+    from spinkv.chat_template import load_chat_template
+
+    (tmp_path / "chat_template.jinja").write_bytes(b"\xff\xfe{{ messages }}")
+    with pytest.raises(ModelFormatError, match="chat_template.jinja"):
+        load_chat_template(tmp_path)
+
+
 def _template_dir(tmp_path: Path, template: object, **tokens: str) -> Path:
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps({"chat_template": template, **tokens})

@@ -215,7 +215,10 @@ def read_template_source(model_dir: Path) -> tuple[str, str] | None:
             return template, "tokenizer_config.json"
     jinja_path = model_dir / "chat_template.jinja"
     if jinja_path.is_file():
-        return jinja_path.read_text(encoding="utf-8"), "chat_template.jinja"
+        try:
+            return jinja_path.read_text(encoding="utf-8"), "chat_template.jinja"
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelFormatError(f"cannot read {jinja_path}: {exc}") from None
     return None
 
 

@@ -6,8 +6,9 @@ span several byte-level tokens, e.g. an emoji is 4 bytes), through `tokenizers`'
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +105,18 @@ class Tokenizer:
         )
         if eos_token is not None and hf.token_to_id(eos_token) is not None:
             eos_ids.append(hf.token_to_id(eos_token))
+        size = hf.get_vocab_size(with_added_tokens=True)
+        for what, token_id in [("bos_token_id", bos_id)] + [("eos_token_id", i) for i in eos_ids]:
+            if token_id is not None and not (isinstance(token_id, int) and 0 <= token_id < size):
+                raise ModelFormatError(
+                    f"{model_dir}: {what} {token_id!r} is not a token of its {size}-token "
+                    "vocabulary (generation_config.json or config.json)"
+                )
         if bos_token is None and isinstance(bos_id, int):
             bos_token = hf.id_to_token(bos_id)
         if eos_token is None and eos_ids:
             eos_token = hf.id_to_token(eos_ids[0])
-
         vocab = config.get("vocab_size")
-        size = hf.get_vocab_size(with_added_tokens=True)
         if isinstance(vocab, int) and size > vocab:
             raise ModelFormatError(
                 f"tokenizer has {size} tokens but config.json vocab_size is {vocab} "
@@ -144,7 +150,8 @@ class Tokenizer:
         their ids. add_special_tokens adds what the tokenizer's post-processor adds (a BOS
         for some models); chat-template output already holds them, hence the default."""
         text = valid_text(text)
-        return list(self.hf.encode(text, add_special_tokens=add_special_tokens).ids)
+        with _tokenizer_failures("encoding"):
+            return list(self.hf.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of token ids; an id outside the vocabulary is an InvalidInputError."""
@@ -157,7 +164,8 @@ class Tokenizer:
                     f"token id {token} is outside the vocabulary (0..{self.vocab_size - 1})"
                 )
             checked.append(int(token))
-        return str(self.hf.decode(checked, skip_special_tokens=skip_special_tokens))
+        with _tokenizer_failures("decoding"):
+            return str(self.hf.decode(checked, skip_special_tokens=skip_special_tokens))
 
     def token_to_id(self, token: str) -> int | None:
         return self.hf.token_to_id(token)
@@ -170,6 +178,20 @@ class Tokenizer:
 
     def stream(self, skip_special_tokens: bool = True) -> StreamDecoder:
         return StreamDecoder(self, skip_special_tokens=skip_special_tokens)
+
+
+@contextlib.contextmanager
+def _tokenizer_failures(what: str) -> Iterator[None]:
+    """A panic inside `tokenizers` (a model's pre-tokenizer regex that gives up, say) as a
+    ModelFormatError: pyo3 raises it as PanicException, a BaseException that no `except
+    Exception` catches."""
+    try:
+        yield
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":
+            raise
+        reason = str(exc).splitlines()[0] if str(exc) else "a panic"
+        raise ModelFormatError(f"the model's tokenizer failed while {what}: {reason}") from None
 
 
 def load_tokenizer(model_dir: Path) -> Tokenizer:
@@ -198,7 +220,10 @@ class StreamDecoder:
         """Add one token; return the text it completes ("" while a character is partial)."""
         self.tokens.append(int(token_id))
         try:
-            piece = self._stream.step(self.tokenizer.hf, int(token_id)) or ""
+            with _tokenizer_failures("decoding"):
+                piece = self._stream.step(self.tokenizer.hf, int(token_id)) or ""
+        except ModelFormatError:
+            raise
         except Exception as exc:  # tokenizers raises a plain Exception for a bad id
             raise InvalidInputError(f"cannot decode token id {token_id}: {exc}") from None
         self.text += piece
