@@ -3,18 +3,12 @@
 //! rule (`weights::weight_files`) and the config is parsed by the loader's own parser: a model
 //! is described exactly as `Model::load` would see it, and one it would refuse is an error.
 
-use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::config::LlamaConfig;
 use crate::error::ModelError;
 use crate::weights::weight_files;
-
-/// A safetensors header longer than this is refused before it is read (real ones are well
-/// under a megabyte; the length field is untrusted).
-const MAX_HEADER_BYTES: u64 = 100_000_000;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct WeightFile {
@@ -100,66 +94,39 @@ fn dtype_name(tag: &str) -> String {
 }
 
 /// (dtype tag, element count) of every tensor in the header of the safetensors file at `path`,
-/// by tensor name.
+/// by tensor name. The header is read and checked as the loader reads it
+/// ([`crate::weights::read_header`]): a file the loader would refuse for its header or length
+/// is an error here too.
 fn tensor_counts(path: &Path) -> Result<Vec<(String, u64)>, ModelError> {
-    let corrupt = |reason: String| ModelError::Safetensors {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let io_error = |source| ModelError::Io {
+    let file = File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let mut file = File::open(path).map_err(io_error)?;
-    let size = file.metadata().map_err(io_error)?.len();
-    let mut length = [0u8; 8];
-    file.read_exact(&mut length)
-        .map_err(|_| corrupt("no safetensors header".into()))?;
-    let length = u64::from_le_bytes(length);
-    if length > MAX_HEADER_BYTES || length > size - 8 {
-        return Err(corrupt(format!(
-            "header length {length} does not fit the file"
-        )));
-    }
-    let mut header = vec![0u8; length as usize];
-    file.read_exact(&mut header).map_err(io_error)?;
-    let tensors: HashMap<String, serde_json::Value> = serde_json::from_slice(&header)
-        .map_err(|e| corrupt(format!("header is not a JSON object: {e}")))?;
+    })?;
+    let metadata = crate::weights::read_header(&file)
+        .map_err(|error| crate::weights::header_error(path, error))?;
+    let tensors = metadata.tensors();
+    let dtype_of = |name: &str| tensors.get(name).map(|t| format!("{:?}", t.dtype));
     // A Q8_0 matrix's scales are part of its storage, not parameters of their own.
     let is_q8_scale = |name: &str| {
         name.strip_suffix(crate::weights::Q8_SCALE_SUFFIX)
-            .is_some_and(|matrix| {
-                tensors
-                    .get(matrix)
-                    .and_then(|t| t.get("dtype"))
-                    .and_then(|d| d.as_str())
-                    == Some("I8")
-            })
+            .is_some_and(|matrix| dtype_of(matrix).as_deref() == Some("I8"))
     };
-    let mut names: Vec<&String> = tensors
-        .keys()
-        .filter(|n| *n != "__metadata__" && !is_q8_scale(n))
-        .collect();
-    names.sort();
-    names
-        .into_iter()
-        .map(|name| {
-            let bad = || corrupt(format!("tensor {name} has a bad dtype or shape"));
-            let tensor = &tensors[name];
-            let dtype = tensor
-                .get("dtype")
-                .and_then(|d| d.as_str())
-                .ok_or_else(bad)?;
-            let count = tensor
-                .get("shape")
-                .and_then(|s| s.as_array())
-                .ok_or_else(bad)?
+    let mut counts: Vec<(String, String, u64)> = tensors
+        .iter()
+        .filter(|(name, _)| !is_q8_scale(name))
+        .map(|(name, info)| {
+            let count = info
+                .shape
                 .iter()
-                .try_fold(1u64, |n, d| n.checked_mul(d.as_u64()?))
-                .ok_or_else(bad)?;
-            Ok((dtype.to_string(), count))
+                .fold(1u64, |n, &d| n.saturating_mul(d as u64));
+            (name.clone(), format!("{:?}", info.dtype), count)
         })
-        .collect()
+        .collect();
+    counts.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(counts
+        .into_iter()
+        .map(|(_, dtype, count)| (dtype, count))
+        .collect())
 }
 
 /// Bytes of the regular files under `dir`; symlinked directories are not followed (no loops),

@@ -453,11 +453,62 @@ fn truncated_or_corrupted_safetensors_is_an_error() {
             b
         },
         Vec::new(),
+        {
+            let mut b = bytes.clone(); // bytes after the data the header describes
+            b.extend_from_slice(&[0u8; 4096]);
+            b
+        },
     ] {
         std::fs::write(dir.0.join("model.safetensors"), &broken).unwrap();
         let err = load_err(&dir.0);
         assert!(matches!(err, ModelError::Safetensors { .. }), "{err}");
         assert!(err.to_string().contains("model.safetensors"), "{err}");
+    }
+}
+
+#[test]
+fn a_file_longer_than_its_header_says_is_refused_before_its_data_is_read() {
+    // A sparse file: 1 GiB long, a few KB on disk. Refused from its header alone, so the
+    // error comes at once and nothing of that size is read.
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    let bytes = serialize(&tiny_tensors(false), Store::F16);
+    let path = dir.0.join("model.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(1 << 30).unwrap();
+    drop(file);
+    let err = load_err(&dir.0);
+    assert!(err.to_string().contains("its header describes"), "{err}");
+}
+
+#[test]
+fn every_cut_or_flipped_header_byte_is_an_error_or_loads() {
+    // Property: corrupting the length prefix or the JSON header of a valid file either still
+    // loads or is a ModelError naming the file; nothing panics.
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    let bytes = serialize(&tiny_tensors(false), Store::F16);
+    let header_end = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..200 {
+        let mut broken = bytes.clone();
+        if next() % 2 == 0 {
+            broken.truncate((next() % header_end as u64) as usize);
+        } else {
+            let at = (next() % header_end as u64) as usize;
+            broken[at] = next() as u8;
+        }
+        std::fs::write(dir.0.join("model.safetensors"), &broken).unwrap();
+        if let Err(err) = Model::load(&dir.0) {
+            assert!(err.to_string().contains("model"), "{err}");
+        }
     }
 }
 

@@ -178,6 +178,67 @@ fn read_to_huge_pages(file: &std::fs::File) -> std::io::Result<Mmap> {
     memory.make_read_only()
 }
 
+/// Why [`read_header`] refused a safetensors file.
+pub(crate) enum HeaderError {
+    Io(std::io::Error),
+    Invalid(String),
+}
+
+/// The largest header the safetensors parser accepts.
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// A safetensors file's header, parsed by the safetensors crate's own rules (known dtypes,
+/// offsets that tile the data, shapes that match them) and checked against the file's length,
+/// reading nothing past the header. The loader reads the whole file into memory next: a header
+/// that describes a few KB at the head of a file of gigabytes (a sparse one costs nothing on
+/// disk) would otherwise be read whole before the parser noticed. `spinkv models info` reads
+/// the same header the same way, so what it shows is what would load.
+pub(crate) fn read_header(
+    mut file: &std::fs::File,
+) -> Result<safetensors::tensor::Metadata, HeaderError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.metadata().map_err(HeaderError::Io)?.len();
+    file.seek(SeekFrom::Start(0)).map_err(HeaderError::Io)?;
+    if len < 8 {
+        return Err(HeaderError::Invalid(format!(
+            "a {len}-byte file has no safetensors header"
+        )));
+    }
+    let mut word = [0u8; 8];
+    file.read_exact(&mut word).map_err(HeaderError::Io)?;
+    let header_len = u64::from_le_bytes(word);
+    if header_len > MAX_HEADER_BYTES || header_len > len - 8 {
+        return Err(HeaderError::Invalid(format!(
+            "its header length {header_len} does not fit the file's {len} bytes"
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header).map_err(HeaderError::Io)?;
+    let metadata: safetensors::tensor::Metadata = serde_json::from_slice(&header)
+        .map_err(|e| HeaderError::Invalid(format!("its header is not valid: {e}")))?;
+    let described = 8 + header_len + metadata.data_len() as u64;
+    if described != len {
+        return Err(HeaderError::Invalid(format!(
+            "the file is {len} bytes but its header describes {described}"
+        )));
+    }
+    Ok(metadata)
+}
+
+/// A [`HeaderError`] of the file at `path` as the loader reports it.
+pub(crate) fn header_error(path: &Path, error: HeaderError) -> ModelError {
+    match error {
+        HeaderError::Io(source) => ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        HeaderError::Invalid(reason) => ModelError::Safetensors {
+            path: path.to_path_buf(),
+            reason,
+        },
+    }
+}
+
 pub(crate) struct Weights {
     shards: Vec<Shard>,
     pub embed_tokens: Matrix,
@@ -249,6 +310,12 @@ impl Weights {
                 path: path.clone(),
                 source,
             })?;
+            read_header(&file)
+                .and_then(|_| {
+                    use std::io::{Seek, SeekFrom};
+                    (&file).seek(SeekFrom::Start(0)).map_err(HeaderError::Io)
+                })
+                .map_err(|reason| header_error(path, reason))?;
             let map = read_to_huge_pages(&file).map_err(|source| ModelError::Io {
                 path: path.clone(),
                 source,
