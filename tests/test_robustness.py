@@ -236,6 +236,7 @@ def tiny_gguf(tiny: LoadedModel, tmp_path: Path, **metadata: object) -> Path:
         ("context_length", 0, "context_length"),
         ("attention.layer_norm_rms_epsilon", -1.0, "layer_norm_rms_epsilon"),
         ("rope.freq_base", float("nan"), "freq_base"),
+        ("tokenizer.ggml.bos_token_id", 1_000_000, "bos_token_id"),
     ],
 )
 def test_8_15_20_gguf_metadata_is_checked_before_anything_is_sized(
@@ -251,6 +252,24 @@ def test_8_15_20_gguf_metadata_is_checked_before_anything_is_sized(
     assert leftovers == [], "a failed import leaves nothing in the store"
     run = spinkv_cli("run", "-m", str(path), "hi", "-n", "2", timeout=120)
     assert_one_line_error(run, fragment)
+
+
+def test_8_metadata_that_breaks_the_import_is_a_model_error(
+    tiny: LoadedModel, tmp_path: Path, spinkv_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a metadata value of the wrong type or range makes the import code raise (here
+    a stand-in ValueError) is a ModelFormatError naming the file, and leaves nothing."""
+    from spinkv.models import gguf_import
+
+    def broken(*args: object) -> None:
+        raise ValueError("invalid literal for int() with base 10: 'x'")
+
+    monkeypatch.setattr(gguf_import, "write_model_dir", broken)
+    path = tiny_gguf(tiny, tmp_path)
+    with pytest.raises(ModelFormatError, match="cannot be imported: ValueError"):
+        gguf_import.import_gguf(path, name="t")
+    models = spinkv_home / "models"
+    assert not models.exists() or list(models.iterdir()) == []
 
 
 def test_8_a_killed_import_is_cleaned_up_by_the_next(tiny: LoadedModel, spinkv_home: Path) -> None:

@@ -39,6 +39,7 @@ from spinkv.errors import (
     InvalidInputError,
     ModelFormatError,
     ModelNotFoundError,
+    SpinkvError,
     UnsupportedError,
 )
 from spinkv.models.gguf_check import check_gguf_layout
@@ -490,9 +491,31 @@ def _token(tokens: list[str], token_id: Any) -> str | None:
     return tokens[int(token_id)]
 
 
+SPECIAL_TOKEN_KEYS = tuple(
+    f"tokenizer.ggml.{kind}_token_id"
+    for kind in ("bos", "eos", "eot", "eom", "unknown", "padding", "seperator", "cls", "mask")
+)
+
+
+def _check_special_ids(g: GGUFModel, n_tokens: int) -> None:
+    """Every special token id the file names is an integer token of its vocabulary."""
+    for key in SPECIAL_TOKEN_KEYS:
+        value = g.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ModelFormatError(f"{g.path}: metadata {key} is not an integer: {value!r}")
+        if not 0 <= int(value) < n_tokens:
+            raise ModelFormatError(
+                f"{g.path}: metadata {key} = {value} is not a token of its {n_tokens}-token "
+                "vocabulary"
+            )
+
+
 def config_files(g: GGUFModel, hp: LlamaHyper, dtype: str) -> dict[str, dict[str, Any]]:
     """config.json, generation_config.json and tokenizer_config.json contents."""
     tokens: list[str] = list(g.get("tokenizer.ggml.tokens") or [])
+    _check_special_ids(g, len(tokens))
     bos_id = g.get("tokenizer.ggml.bos_token_id")
     eos_id = g.get("tokenizer.ggml.eos_token_id")
     stop_ids = [
@@ -749,7 +772,17 @@ def import_gguf(
     started = time.perf_counter()
     g = GGUFModel(path)
     record = {"source": dict(source) if source else source_record(path)}
-    dest = place_atomically(Path(out_dir), lambda tmp: write_model_dir(g, tmp, dtype, record))
+    try:
+        dest = place_atomically(Path(out_dir), lambda tmp: write_model_dir(g, tmp, dtype, record))
+    except (SpinkvError, OSError, MemoryError):
+        raise
+    except Exception as exc:
+        # A metadata value of the wrong type or range (a string where an id belongs, an id
+        # past the vocabulary, merges that are not strings, a vocabulary `tokenizers` refuses)
+        # surfaces as whatever the code that used it raised: it is the file's fault.
+        raise ModelFormatError(
+            f"{path} cannot be imported: {type(exc).__name__}: {exc}".splitlines()[0]
+        ) from exc
     current().finish()
     current().imported(dest.name, dest, tree_size(dest), time.perf_counter() - started)
     return dest
