@@ -375,6 +375,19 @@ def template_copy(tiny: LoadedModel, tmp_path: Path, template: str) -> Path:
         ("{% for i in range(10**12) %}x{% endfor %}", "Range too big"),
         ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}", "5 s"),
         ("{{ 9 ** 99999999 }}", "stopped"),
+        # One operation that allocates gigabytes before any size check (the address-space
+        # bound): a format width, a string doubled thirty times, a replace that grows it.
+        ("{{ '%1500000000s' % 'x' }}", "MemoryError"),
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(31) %}"
+            "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+            "MemoryError",
+        ),
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(9) %}"
+            "{% set ns.s = ns.s|replace('x', 'xxxxxxxxxx') %}{% endfor %}{{ ns.s|length }}",
+            "MemoryError",
+        ),
     ],
 )
 def test_11_14_hostile_chat_templates_are_bounded(

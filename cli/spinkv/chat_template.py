@@ -6,13 +6,15 @@ sandboxed Jinja2 environment with trim_blocks and lstrip_blocks, the loopcontrol
 `raise_exception`, `strftime_now` and an HF-compatible `tojson` filter.
 
 A template is code from a model file, so rendering is bounded: at most RENDER_TIMEOUT_S of
-wall time and `max_chars` of output (string/list repetition is checked before it allocates,
-and the sandbox caps `range`), and whatever the template raises becomes one ModelFormatError.
+wall time, `max_chars` of output (string/list repetition is checked before it allocates,
+and the sandbox caps `range`) and RENDER_MEMORY_BYTES of address space on the main thread, and
+whatever the template raises becomes one ModelFormatError.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -36,6 +38,10 @@ CHATML_TEMPLATE = (
 
 
 RENDER_TIMEOUT_S = 5.0
+RENDER_MEMORY_BYTES = 512 << 20
+"""Address space a render may add (main thread, Linux): a single string operation (`'%9999999999s'
+% x`, a `~` or `replace` that doubles a string thirty times) allocates before any size check
+can see it, and the alarm cannot interrupt it."""
 DEFAULT_MAX_CHARS = 16 << 20
 """Output bound when the caller gives none (real templates render a few KiB)."""
 
@@ -131,10 +137,18 @@ class ChatTemplate:
         self.origin = origin
         self.bos_token = bos_token or ""
         self.eos_token = eos_token or ""
+        # Compiling evaluates constant expressions (`'%1500000000s' % 'x'` is a 1.5 GB string
+        # built here, not in `render`), so it runs under the same bounds.
         try:
-            self._template = _environment().from_string(source)
+            with _alarm(RENDER_TIMEOUT_S), _address_space_bound(RENDER_MEMORY_BYTES):
+                self._template = _environment().from_string(source)
         except JinjaError as exc:
             raise ModelFormatError(f"chat template ({origin}) does not compile: {exc}") from exc
+        except (_RenderLimit, MemoryError, RecursionError) as exc:
+            raise ModelFormatError(
+                f"chat template ({origin}) does not compile: {type(exc).__name__}: "
+                f"{one_line(exc) or 'out of its memory bound'}"
+            ) from None
 
     def render(
         self,
@@ -160,7 +174,7 @@ class ChatTemplate:
         size = 0
         deadline = time.monotonic() + RENDER_TIMEOUT_S
         try:
-            with _alarm(RENDER_TIMEOUT_S):
+            with _alarm(RENDER_TIMEOUT_S), _address_space_bound(RENDER_MEMORY_BYTES):
                 for piece in self._template.generate(**context):
                     size += len(piece)
                     if size > max_chars:
@@ -200,6 +214,38 @@ def _alarm(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@contextmanager
+def _address_space_bound(extra: int) -> Iterator[None]:
+    """Lowers the process's address-space limit to what it uses now plus extra bytes, and
+    restores it after: an allocation past it is a MemoryError inside the render instead of
+    gigabytes taken from the machine. Like the alarm, only on the main thread (the limit is
+    the whole process's), and only where the kernel reports the address space in use."""
+    try:
+        import resource
+
+        page = os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/statm") as statm:
+            used = int(statm.read().split()[0]) * page
+    except (ImportError, OSError, ValueError, IndexError):
+        yield
+        return
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = used + extra
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft != resource.RLIM_INFINITY and soft <= limit:
+        yield  # already bounded at least as tightly
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def read_template_source(model_dir: Path) -> tuple[str, str] | None:

@@ -75,14 +75,15 @@ MaxTokensOption = Annotated[
     int,
     typer.Option("--max-tokens", "-n", help="Most tokens per reply.", rich_help_panel=GENERATION),
 ]
-MAX_THREADS = 1024
+MAX_THREADS = 256
+"""The runtime's own limit (spinkv-model's `MAX_THREADS`)."""
 
 ThreadsOption = Annotated[
     Optional[int],
     option(
         "--threads",
         "-t",
-        help="Threads for matrix work, 1..1024 (default: all cores).",
+        help="Threads for matrix work, 1..256 (default: all cores).",
         panel=GENERATION,
         min=1,
         max=MAX_THREADS,
