@@ -636,6 +636,27 @@ def test_export_json_names_the_default_preset(tiny: LoadedModel, spinkv_home: Pa
     assert legacy.preset == "turbo"
 
 
+def test_export_to_a_file_never_replaces_a_session(
+    tiny: LoadedModel, spinkv_home: Path, tmp_path: Path
+) -> None:
+    path = saved_chat(tiny, "kept", turns=1)
+    before = path.read_bytes()
+    refused = spinkv_cli("sessions", "export", "kept", "-o", str(path))
+    assert_one_line_error(refused, "is a spinkv session file")
+    assert path.read_bytes() == before
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    assert_one_line_error(
+        spinkv_cli("sessions", "export", "kept", "-o", str(exports)), "not a regular file"
+    )
+    out = exports / "kept.md"
+    out.write_text("an older export")
+    done = spinkv_cli("sessions", "export", "kept", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().startswith("# kept")
+    assert sorted(p.name for p in exports.iterdir()) == ["kept.md"]  # no lock or temp file
+
+
 def test_every_store_name_rule_is_one_rule() -> None:
     from spinkv.util.names import check_name
 

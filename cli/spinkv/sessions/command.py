@@ -86,13 +86,13 @@ def export(
     output: OutputOption = None,
 ) -> None:
     """The conversation as Markdown or JSON (works even when the KV pages are damaged)."""
-    from spinkv.sessions.store import export_transcript
+    from spinkv.sessions.store import export_transcript, write_export
 
     text = export_transcript(name, "json" if fmt is ExportFormat.json else "markdown")
     if output is None:
         sys.stdout.write(text)
     else:
-        output.write_text(text, encoding="utf-8")
+        write_export(output, text)
         print_note(f"wrote {output}")
 
 
