@@ -435,6 +435,68 @@ def test_12_invalid_utf8_in_argv_and_stdin(tiny: LoadedModel) -> None:
     assert piped.returncode == 0, piped.stderr
 
 
+def test_12_invalid_utf8_in_arguments_is_saved_as_u_fffd(
+    tiny: LoadedModel, spinkv_home: Path, tmp_path: Path
+) -> None:
+    """The system prompt and the prompt of a saved turn, given as bytes that are not UTF-8,
+    reach the session file as U+FFFD: the save used to fail on the lone surrogates."""
+    common = [sys.executable, "-m", "spinkv"]
+    chat = subprocess.run(
+        [*common, "chat", "-m", str(tiny.path), "-q", "-n", "2", "--session", "bytes"]
+        + ["-s", b"a\xffb"],
+        input=b"hi\n",
+        capture_output=True,
+        env=cli_env(),
+        timeout=120,
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert transcript_of(session_path("bytes")).system == "a\ufffdb"
+    cache = tmp_path / "pc.spkv"
+    run = subprocess.run(
+        [*common, "run", "-m", str(tiny.path), "-n", "2", "--prompt-cache", str(cache)]
+        + [b"x\xffy"],
+        capture_output=True,
+        env=cli_env(),
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "x\ufffdy" in transcript_of(cache).messages[0]["content"]
+
+
+def transcript_of(path: Path) -> Transcript:
+    from spinkv.sessions.store import read_transcript
+
+    return read_transcript(path)[0]
+
+
+def test_12_a_transcript_with_lone_surrogates_reads_as_u_fffd() -> None:
+    record = {
+        "format": "spinkv-transcript",
+        "version": 1,
+        "system": "s\ud800",
+        "messages": [{"role": "user", "content": "a\udcffb"}],
+    }
+    transcript = Transcript.from_json(json.dumps(record))
+    assert transcript.system == "s\ufffd"
+    assert transcript.messages[0]["content"] == "a\ufffdb"
+    transcript.to_json().encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("kv", "fragment"),
+    [
+        ({"preset": "turbo", "k_bits": "lots"}, "k_bits must be a number"),
+        ({"preset": ["turbo"]}, "preset must be a string"),
+        ({"preset": "turbo", "window": 1.5}, "window must be an integer"),
+    ],
+)
+def test_12_kv_options_of_the_wrong_type_are_input_errors(
+    tiny: LoadedModel, kv: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=fragment):
+        tiny.chat(kv=kv)
+
+
 def test_12_one_bad_line_does_not_end_the_chat(tiny: LoadedModel) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "spinkv", "chat", "-m", str(tiny.path), "-n", "2"],

@@ -353,7 +353,7 @@ class ChatSession:
         self.kv = kv_dict(kv)
         self.sampling = sampling or SamplingParams()
         self.max_tokens = max_tokens
-        self.system = system
+        self.system = None if system is None else valid_text(system, "system prompt")
         self.created: str | None = None
         self._history: list[ChatMessage] = []
         self._session = model.session(self.kv)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,13 @@ def valid_text(text: object, what: str = "text") -> str:
         return text
     except UnicodeEncodeError:
         pass
-    try:
-        raw = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        raw = text.encode("utf-8", "replace")
-    return raw.decode("utf-8", "replace")
+    # Surrogates outside surrogateescape's range (U+DC80..U+DCFF: the undecodable bytes) come
+    # from JSON escapes or other code, not from bytes: they are U+FFFD directly.
+    text = _FOREIGN_SURROGATES.sub("\ufffd", text)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+_FOREIGN_SURROGATES = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 
 
 def _token_text(value: Any) -> str | None:

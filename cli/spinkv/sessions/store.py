@@ -35,6 +35,7 @@ from spinkv.errors import (
     one_line,
 )
 from spinkv.kv.options import DEFAULT_KV_PRESET
+from spinkv.tokenizer import valid_text
 from spinkv.util.files import (
     Lease,
     locked,
@@ -129,7 +130,7 @@ class Transcript:
             "created": self.created,
             "updated": self.updated,
         }
-        return json.dumps(record, ensure_ascii=False)
+        return json.dumps(_utf8_clean(record), ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str, origin: str = "session") -> Transcript:
@@ -165,8 +166,11 @@ class Transcript:
         kv = record.get("kv")
         max_tokens = record.get("max_tokens")
         return cls(
-            messages=[{"role": m["role"], "content": m["content"]} for m in messages],
-            system=system,
+            messages=[
+                {"role": valid_text(m["role"]), "content": valid_text(m["content"])}
+                for m in messages
+            ],
+            system=None if system is None else valid_text(system),
             kind=str(record.get("kind") or "chat"),
             model=mapping("model"),
             kv=dict(kv) if isinstance(kv, Mapping) else None,
@@ -175,6 +179,18 @@ class Transcript:
             created=str(record.get("created") or ""),
             updated=str(record.get("updated") or ""),
         )
+
+
+def _utf8_clean(value: Any) -> Any:
+    """value with every string made encodable as UTF-8 (a lone surrogate, from bytes that were
+    not UTF-8 in an argument or a file, becomes U+FFFD): a save must never fail on its text."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, Mapping):
+        return {_utf8_clean(k): _utf8_clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_utf8_clean(v) for v in value]
+    return value
 
 
 def read_transcript(path: Path) -> tuple[Transcript, dict[str, Any]]:

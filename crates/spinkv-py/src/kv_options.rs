@@ -12,15 +12,29 @@ use spinkv_core::{
 use crate::errors::{guarded, invalid_input, kv_error};
 
 fn option_value(key: &str, kind: OptionKind, value: &Bound<'_, PyAny>) -> PyResult<OptionValue> {
+    // A value of the wrong type (a session file's transcript is untrusted) is the user's
+    // error, named by its key, not pyo3's TypeError.
     Ok(match kind {
-        OptionKind::Text => OptionValue::Text(value.extract()?),
-        OptionKind::Bits => OptionValue::Bits(value.extract()?),
+        OptionKind::Text => OptionValue::Text(
+            value
+                .extract()
+                .map_err(|_| invalid_input(format!("{key} must be a string")))?,
+        ),
+        OptionKind::Bits => OptionValue::Bits(
+            value
+                .extract()
+                .map_err(|_| invalid_input(format!("{key} must be a number")))?,
+        ),
         OptionKind::Count => OptionValue::Count(
             value
                 .extract()
                 .map_err(|_| invalid_input(format!("{key} must be an integer")))?,
         ),
-        OptionKind::Seed => OptionValue::Seed(value.extract()?),
+        OptionKind::Seed => OptionValue::Seed(
+            value
+                .extract()
+                .map_err(|_| invalid_input(format!("{key} must be an integer")))?,
+        ),
         OptionKind::Fraction => OptionValue::Fraction(
             value
                 .extract()
@@ -38,7 +52,9 @@ pub fn kv_options_from_dict(options: Option<&Bound<'_, PyDict>>) -> PyResult<KvO
     // Every key first, so a typo is reported even beside a bad value.
     let mut given = Vec::with_capacity(options.len());
     for (key, value) in options.iter() {
-        let key: String = key.extract()?;
+        let key: String = key
+            .extract()
+            .map_err(|_| invalid_input(format!("option name {key} is not a string")))?;
         let kind = KvOptions::kind_of(&key).map_err(kv_error)?;
         given.push((key, kind, value));
     }
