@@ -155,6 +155,36 @@ def test_run_reads_stdin(tiny: Path) -> None:
         assert record["prompt_tokens"] == expected["prompt_tokens"]
 
 
+def test_run_bounds_what_it_reads_of_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from spinkv.chat import run_command
+    from spinkv.errors import InvalidInputError
+
+    monkeypatch.setattr(run_command, "MAX_STDIN_CHARS", 100)
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 10_000))
+    with pytest.raises(InvalidInputError, match="longer than 100 characters"):
+        run_command.read_prompt("-")
+    monkeypatch.setattr("sys.stdin", io.StringIO("short"))
+    assert run_command.read_prompt("-") == "short"
+
+
+def test_a_prompt_longer_than_the_context_is_said_to_be(tiny: Path) -> None:
+    done = spinkv_cli("run", "--model", str(tiny), "-n", "2", "-", stdin="word " * 400_000)
+    assert done.returncode == 2
+    assert "more than the context" in done.stderr and "template" not in done.stderr
+
+
+def test_cache_stats_reads_only_what_its_tokens_need(tiny: Path, tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    big.write_text("lorem ipsum dolor " * 3_000_000)  # 54 MB
+    done = spinkv_cli(
+        "cache", "stats", "-m", str(tiny), "--tokens", "8", "--text", str(big), "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["peak_rss_bytes"] < 400 << 20
+
+
 def test_run_sampling_flags_and_kv_options_reach_the_runtime(tiny: Path) -> None:
     args = ["run", "hello", "--model", str(tiny), "-n", "8", "--json", "--seed", "3"]
     # A flat distribution (the tiny model's logits are peaked): the settings change the tokens.

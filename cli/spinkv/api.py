@@ -156,15 +156,18 @@ class LoadedModel:
     ) -> list[int]:
         """Token ids for a prompt: a user message (with optional system message) or a list
         of messages, through the chat template; raw=True tokenizes a string as it is."""
+        limit = self.tokenizer.max_chars_for(self.max_context)
+        texts = [prompt] if isinstance(prompt, str) else []
+        texts += [system] if isinstance(system, str) else []
+        size = sum(len(text) for text in texts)
+        if size > limit:
+            raise ContextOverflowError(
+                f"the prompt is {size:,} characters: more than the context of "
+                f"{self.max_context} tokens can hold"
+            )
         if raw:
             if not isinstance(prompt, str):
                 raise InvalidInputError("raw=True takes a string prompt, not messages")
-            limit = self.tokenizer.max_chars_for(self.max_context)
-            if len(prompt) > limit:
-                raise ContextOverflowError(
-                    f"the prompt is {len(prompt):,} characters: more than the context of "
-                    f"{self.max_context} tokens can hold"
-                )
             return self.tokenize(prompt, add_special_tokens=True)
         return self.tokenize(self.render_chat(_messages(prompt, system)))
 

@@ -35,10 +35,20 @@ PromptCacheOption = Annotated[
 ]
 
 
+MAX_STDIN_CHARS = 64 << 20
+"""A prompt read from stdin stops here (more than any context holds): `yes | spinkv run -`
+or `< /dev/zero` is an error, not memory taken until the machine gives out."""
+
+
 def read_prompt(prompt: str | None) -> str:
     """The prompt from the argument, or from stdin for '-' or when stdin is piped."""
     if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
-        prompt = sys.stdin.read()
+        prompt = sys.stdin.read(MAX_STDIN_CHARS + 1)
+        if len(prompt) > MAX_STDIN_CHARS:
+            raise InvalidInputError(
+                f"the prompt on stdin is longer than {MAX_STDIN_CHARS:,} characters "
+                "(more than any context holds)"
+            )
     if prompt is None:
         raise InvalidInputError("no prompt: give one as an argument or pipe it on stdin")
     if not prompt.strip():

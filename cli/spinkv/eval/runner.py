@@ -110,7 +110,9 @@ class EvalSettings:
 def text_token_ids(model: LoadedModel, path: Path, n_tokens: int) -> list[int]:
     """BOS (when the model has one) then the text's tokens, the first n_tokens of them."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # The first n_tokens tokens take at most this many characters.
+        with path.open(encoding="utf-8") as file:
+            text = file.read(model.tokenizer.max_chars_for(n_tokens))
     except UnicodeDecodeError as exc:
         raise InvalidInputError(f"{path} is not UTF-8 text") from exc
     bos = model.config.get("bos_token_id")

@@ -184,7 +184,9 @@ def text_token_ids(loaded: Any, path: Path, n_tokens: int) -> list[int]:
     """BOS then the text's tokens; the text repeats if it is shorter than n_tokens."""
     if not path.is_file():
         raise InvalidInputError(f"no such text file: {path}")
-    body = loaded.tokenize(path.read_text(encoding="utf-8", errors="replace"))
+    # Only what n_tokens tokens can take is read: a file of gigabytes costs no more than that.
+    with path.open(encoding="utf-8", errors="replace") as file:
+        body = loaded.tokenize(file.read(loaded.tokenizer.max_chars_for(n_tokens)))
     if not body:
         raise InvalidInputError(f"{path} has no text")
     bos = loaded.config.get("bos_token_id")
