@@ -28,7 +28,14 @@ def web_command(
 ) -> None:
     """Serve a chat page that runs the model in the browser (WebAssembly SIMD128, in a Web
     Worker): streaming chat, KV presets, cache and memory stats, sessions shared with the CLI."""
+    from spinkv.errors import InvalidInputError
     from spinkv.models.store import resolve_model
+
+    if not host.strip():
+        raise InvalidInputError(
+            "--host is empty: give an address (127.0.0.1: this machine only; 0.0.0.0: every "
+            "interface)"
+        )
     from spinkv.sessions.store import sessions_dir
     from spinkv.web.bundle import STATIC, build_bundle
     from spinkv.web.manifest import model_manifest
@@ -38,10 +45,18 @@ def web_command(
     manifest = model_manifest(model_dir, name=model_dir.name)
     wasm = build_bundle(progress=print_note)
     app = WebApp(STATIC, wasm, model_dir, manifest, sessions_dir())
+    app.serve_host(host)
     server = start_server(app, host, port)
     bound = server.server_address[1]
     print_note(f"serving {model_dir.name} from {model_dir}; Ctrl-C stops")
-    stdout.print(f"http://{host}:{bound}/", soft_wrap=True, highlight=False)
+    if host in ("0.0.0.0", "::"):
+        print_note(
+            f"listening on every interface ({host}): anyone who can reach this machine can "
+            "read and upload sessions"
+        )
+        host = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
+    url_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    stdout.print(f"http://{url_host}:{bound}/", soft_wrap=True, highlight=False)
     sys.stdout.flush()
     try:
         threading.Event().wait()

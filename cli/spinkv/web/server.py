@@ -33,6 +33,20 @@ STATIC_TYPES = {
 }
 MAX_UPLOAD = 1 << 30
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+SOCKET_TIMEOUT_S = 30.0
+"""A connection that sends nothing for this long (a body shorter than its Content-Length, a
+client gone quiet) is closed: no request holds a server thread forever."""
+LOCAL_NAMES = frozenset(["localhost", "127.0.0.1", "::1"])
+
+
+def host_of(header: str | None) -> str | None:
+    """The host name of a Host header (its port and an IPv6 address's brackets removed)."""
+    if not header:
+        return None
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else None
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 class PortInUseError(SpinkvError):
@@ -56,6 +70,13 @@ class WebApp:
         self.manifest = manifest
         self.sessions_dir = sessions_dir
         self.model_files = {f["name"] for f in manifest["files"]}
+        # Host names requests may carry: this machine's names when serving this machine only
+        # (a page elsewhere that rebinds its own name to 127.0.0.1 is refused), any otherwise.
+        self.allowed_hosts: frozenset[str] | None = LOCAL_NAMES
+
+    def serve_host(self, host: str) -> None:
+        """Requests are checked against the address the server listens on."""
+        self.allowed_hosts = LOCAL_NAMES | {host.lower()} if host.lower() in LOCAL_NAMES else None
 
     def resolve(self, path: str) -> Path | None:
         """The file behind a GET path, or None."""
@@ -93,7 +114,10 @@ def _write_checked_session(tmp: Path, body: bytes) -> None:
     from spinkv import _native
 
     tmp.write_bytes(body)
-    header = _native.read_session(str(tmp), True)
+    try:
+        header = _native.read_session(str(tmp), True)
+    except SpinkvError as exc:  # named after the upload, not the temp file it went to
+        raise SpinkvError(str(exc).replace(str(tmp), "the uploaded session file")) from None
     if not header.get("intact", False):
         raise SpinkvError("the uploaded session file is damaged (its checksum does not hold)")
 
@@ -102,6 +126,25 @@ def make_handler(app: WebApp) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "spinkv-web"
         protocol_version = "HTTP/1.1"
+        timeout = SOCKET_TIMEOUT_S
+
+        def _refuse_unread_body(self) -> None:
+            """A request whose body this handler does not read ends the connection after the
+            answer: left on the socket, the body would be read as the next request."""
+            if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length") not in (
+                None,
+                "0",
+            ):
+                self.close_connection = True
+
+        def _host_refused(self) -> bool:
+            """Answers 421 for a Host this server does not serve as (see WebApp)."""
+            allowed = app.allowed_hosts
+            if allowed is None or host_of(self.headers.get("Host")) in allowed:
+                return False
+            self.close_connection = True
+            self._error(HTTPStatus.MISDIRECTED_REQUEST, "this server answers for localhost only")
+            return True
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass  # quiet: the terminal shows the address and errors only
@@ -136,6 +179,9 @@ def make_handler(app: WebApp) -> type[BaseHTTPRequestHandler]:
             self.do_GET()
 
         def do_GET(self) -> None:  # noqa: N802
+            self._refuse_unread_body()
+            if self._host_refused():
+                return
             path = self.path.split("?", 1)[0]
             try:
                 if path == "/api/manifest":
@@ -157,15 +203,27 @@ def make_handler(app: WebApp) -> type[BaseHTTPRequestHandler]:
                 pass
 
         def do_PUT(self) -> None:  # noqa: N802
+            # The body is read only once the request is accepted: every refusal closes.
+            self.close_connection = True
+            if self._host_refused():
+                return
             path = self.path.split("?", 1)[0]
             if not path.startswith("/api/sessions/"):
                 return self._error(404, f"not found: {path}")
+            if self.headers.get("Transfer-Encoding"):
+                return self._error(411, "a session upload needs a Content-Length")
             try:
                 file = app.session_path(path[len("/api/sessions/") :])
-                length = int(self.headers.get("Content-Length") or 0)
+                given = self.headers.get("Content-Length") or "0"
+                if not given.isdigit():
+                    return self._error(400, f"Content-Length {given[:40]!r} is not a number")
+                length = int(given)
                 if not 0 < length <= MAX_UPLOAD:
                     return self._error(400, f"session upload of {length} bytes refused")
                 body = self.rfile.read(length)
+                if len(body) != length:
+                    return self._error(400, "the upload ended before its Content-Length")
+                self.close_connection = False
                 write_atomic(file, lambda tmp: _write_checked_session(tmp, body))
                 self._json(200, {"name": file.stem, "bytes": len(body)})
             except (SpinkvError, ValueError, OSError) as exc:
