@@ -385,6 +385,13 @@ def test_kernel_mode_rows(tiny: str, capsys: pytest.CaptureFixture[str]) -> None
     assert any(c["case"].startswith("matvec") and c["ms"] > 0 for c in cases)
 
 
+def test_kernel_mode_depths_are_bounded_by_the_context(
+    tiny: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = bench(capsys, "-m", tiny, "--kernels", "-d", "99999999", "-n", "1", "-r", "1")
+    assert code == 2 and "more than the model's context" in err
+
+
 def test_native_kernel_bench_restores_the_isa(native: ModuleType) -> None:
     before = native.isa()
     lines = native.kernel_bench("scalar")

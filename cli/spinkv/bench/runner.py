@@ -166,10 +166,20 @@ def run_kernel_benchmark(
     from spinkv import _native
     from spinkv.bench.report import system_info
 
+    steps = max(max(settings.n_gen), 64)
     depths = tuple(d for d in settings.depths if d > 0) if depths_given else DEFAULT_DEPTHS
+    if not depths_given:  # the defaults that fit this model's context
+        depths = tuple(d for d in depths if d + steps <= loaded.max_context)
     if not depths:
         raise InvalidInputError("--kernels needs a depth > 0 (-d)")
-    steps = max(max(settings.n_gen), 64)
+    # The probe model is sized from the depths: the real model's context bounds them, as it
+    # bounds the depths of a normal run (a depth of 10^8 would prefill for hours).
+    for depth in depths:
+        if depth + steps > loaded.max_context:
+            raise InvalidInputError(
+                f"depth {depth} + {steps} steps is more than the model's context of "
+                f"{loaded.max_context}"
+            )
     system = system_info(loaded, isas=settings.isas, command=command)
     progress.start("kernels", len(settings.isas) * len(settings.arms) * len(depths) * settings.reps)
     with keep_isa():
