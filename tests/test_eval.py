@@ -348,3 +348,14 @@ def test_plot_writes_a_png(tiny_loaded: Any, tmp_path: Path) -> None:
     )
     out = plot_depth(ev.evaluate(tiny_loaded, settings), tmp_path / "depth.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_paths_are_checked_before_the_run(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from spinkv.errors import InvalidInputError
+    from spinkv.eval.plot import plot_path
+
+    assert plot_path(tmp_path / "depth") == tmp_path / "depth.png"
+    assert plot_path(tmp_path / "depth.svg") == tmp_path / "depth.svg"
+    with pytest.raises(InvalidInputError, match="cannot write .xyz files"):
+        plot_path(tmp_path / "depth.xyz")

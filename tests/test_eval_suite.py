@@ -644,3 +644,13 @@ def test_corpus_texts_run_apart_merge_into_the_whole(
     assert "not in the quick tier's corpus" in capsys.readouterr().err
     assert run_cli([*base, "--texts", "nope"]) == 2
     assert "unknown corpus text nope" in capsys.readouterr().err
+
+
+def test_merging_an_incomplete_record_is_an_input_error(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"schema": "spinkv.eval.suite/1"}))
+    args = ["eval", "-m", str(tiny_model_dir), "--suite", "quick", "--merge", str(partial)]
+    assert run_cli(args) == 2
+    assert "is not a complete suite record" in capsys.readouterr().err

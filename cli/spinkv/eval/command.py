@@ -259,9 +259,9 @@ def eval_command(
     )
     settings.validate()
     if plot is not None:
-        from spinkv.eval.plot import require_matplotlib
+        from spinkv.eval.plot import plot_path
 
-        require_matplotlib()
+        plot = plot_path(plot)
         if "kld" not in parts:
             raise InvalidInputError("--plot needs the kld part")
     if "kld" in parts and not text.is_file():

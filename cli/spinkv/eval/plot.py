@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spinkv.errors import UnsupportedError
+from spinkv.errors import InvalidInputError, UnsupportedError
 
 KLD_FLOOR = 1e-5
 INSTALL_HINT = "--plot needs matplotlib: pip install 'spinkv[plot]' (or pip install matplotlib)"
@@ -18,6 +18,25 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise UnsupportedError(INSTALL_HINT) from exc
+
+
+def plot_path(path: Path) -> Path:
+    """Where `--plot PATH` writes, checked before a long run: a name without an extension gets
+    .png (what matplotlib would write anyway), an extension matplotlib cannot write is an
+    error."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(path)
+    if not path.suffix:
+        return path.with_name(path.name + ".png")
+    supported = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in supported:
+        raise InvalidInputError(
+            f"--plot {path}: matplotlib cannot write {path.suffix} files "
+            f"(use one of {', '.join('.' + k for k in sorted(supported))})"
+        )
+    return path
 
 
 def plot_depth(record: Mapping[str, Any], path: Path) -> Path:

@@ -84,7 +84,14 @@ def run_suite(
     if merge:
         from spinkv.eval.merge import merge_records
 
-        record = merge_records([_read_record(Path(p)) for p in merge.split(",")], settings)
+        records = [_read_record(Path(p)) for p in merge.split(",")]
+        try:
+            record = merge_records(records, settings)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # A record with a field missing or of the wrong type: the file's fault.
+            raise InvalidInputError(
+                f"--merge: {merge} is not a complete suite record ({type(exc).__name__}: {exc})"
+            ) from None
     else:
         import spinkv.api as api
 
