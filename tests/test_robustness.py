@@ -497,6 +497,21 @@ def test_12_kv_options_of_the_wrong_type_are_input_errors(
         tiny.chat(kv=kv)
 
 
+def test_12_a_system_prompt_longer_than_the_context_is_refused_at_once(
+    tiny: LoadedModel,
+) -> None:
+    from spinkv.errors import ContextOverflowError
+
+    long = "word " * 2000
+    with pytest.raises(ContextOverflowError, match="system prompt is"):
+        tiny.chat(system=long)
+    chat = tiny.chat()
+    with pytest.raises(ContextOverflowError, match="system prompt is"):
+        chat.set_system(long)
+    done = spinkv_cli("chat", "-m", str(tiny.path), "-n", "2", "-s", long, stdin="hi\n")
+    assert_one_line_error(done, "system prompt is")
+
+
 def test_12_one_bad_line_does_not_end_the_chat(tiny: LoadedModel) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "spinkv", "chat", "-m", str(tiny.path), "-n", "2"],

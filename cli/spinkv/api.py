@@ -361,6 +361,7 @@ class ChatSession:
         self._history: list[ChatMessage] = []
         self._session = model.session(self.kv)
         self.limit = model.context_limit(self.kv)
+        self._check_system(self.system)
         self.slide = slide and self._enable_sliding()
         self._session.reserve(min(self.limit, RESERVED_TOKENS))
         self._active: TextStream | None = None
@@ -444,11 +445,16 @@ class ChatSession:
         user: ChatMessage = {"role": "user", "content": text}
         prompt_ids = self.model.tokenize(self.model.render_chat(self.messages + [user]))
         if self.slide:
-            # Earlier turns slide out of the window; the new message itself must fit.
+            # Earlier turns slide out of the window; the new message itself, and the system
+            # prompt that never slides out, must fit.
             size = len(self.model.tokenize(text))
-            if size > self.limit:
+            system = len(self.model.tokenize(self.system)) if self.system else 0
+            if size + system > self.limit:
+                what = "the message" if not system else "the system prompt and the message"
                 raise ContextOverflowError(
-                    f"the message is {size} tokens but the context holds {self.limit} tokens"
+                    f"{what} are {size + system} tokens but the context holds {self.limit} tokens"
+                    if system
+                    else f"{what} is {size} tokens but the context holds {self.limit} tokens"
                 )
         timings = self.model.new_timings(tokenize_ms=(time.perf_counter() - started) * 1000.0)
         spec = self.model.turn_spec(
@@ -511,8 +517,20 @@ class ChatSession:
         next turn recomputes the cache from the first token that changed."""
         if system is not None:
             system = valid_text(system, "system prompt")
+            self._check_system(system)
         with self._exclusive():
             self.system = system
+
+    def _check_system(self, system: str | None) -> None:
+        """A system prompt the context cannot hold with room for a reply is refused at once
+        (it never slides out: every turn would fail on it)."""
+        if system is None:
+            return
+        size = len(self.model.tokenize(system))
+        if size >= self.limit:
+            raise ContextOverflowError(
+                f"the system prompt is {size} tokens but the context holds {self.limit} tokens"
+            )
 
     def stats(self) -> dict[str, Any]:
         """KV cache statistics from the runtime, plus the conversation's size."""
