@@ -211,8 +211,10 @@ impl KvOptions {
                     OptionValue::Fraction(value.parse().map_err(|_| bad_value())?)
                 }
             };
+            if order.contains(&key) {
+                return Err(invalid(format!("{key} is given twice in {spec:?}")));
+            }
             options.set(key, parsed)?;
-            order.retain(|k| *k != key);
             order.push(key);
         }
         Ok((options, order))
@@ -248,6 +250,17 @@ impl KvConfig {
     pub fn from_options(options: &KvOptions, context: Option<usize>) -> Result<KvConfig, KvError> {
         let mut config = KvConfig::preset(options.preset_name())?;
         config.max_tokens = context.unwrap_or(DEFAULT_MAX_TOKENS);
+        if config.codec == KvCodecKind::Fp16 {
+            // The fp16 cache stores every key and value as it is: bits would be ignored.
+            if let Some(key) = [("k_bits", options.k_bits), ("v_bits", options.v_bits)]
+                .into_iter()
+                .find_map(|(key, bits)| bits.map(|_| key))
+            {
+                return Err(invalid(format!(
+                    "{key} does not apply to the fp16 preset (it keeps keys and values in fp16)"
+                )));
+            }
+        }
         if let Some(bits) = options.k_bits {
             config.k_bits = bits;
         }
@@ -451,5 +464,25 @@ mod tests {
             KvOptions::parse_spec("nope"),
             Err(KvError::UnknownPreset(_))
         ));
+        // A key given twice (`w` and `window` are one key) is refused, not overridden.
+        let twice = KvOptions::parse_spec("turbo:window=1:w=2").unwrap_err();
+        assert!(
+            twice.to_string().contains("window is given twice"),
+            "{twice}"
+        );
+    }
+
+    #[test]
+    fn bits_of_the_fp16_preset_are_refused_not_ignored() {
+        for spec in ["fp16:k=3", "fp16:v_bits=2"] {
+            let (options, _) = KvOptions::parse_spec(spec).unwrap();
+            let err = KvConfig::from_options(&options, Some(512)).unwrap_err();
+            assert!(
+                err.to_string().contains("does not apply to the fp16"),
+                "{err}"
+            );
+        }
+        let (window, _) = KvOptions::parse_spec("fp16:window=64").unwrap();
+        assert!(KvConfig::from_options(&window, Some(512)).is_ok());
     }
 }
