@@ -29,7 +29,7 @@ pub enum ModelError {
     Safetensors { path: PathBuf, reason: String },
     #[error("tensor {name} is missing from the model weights")]
     MissingTensor { name: String },
-    #[error("tensor {name} in {file} has dtype {dtype}; spinkv reads F16, BF16 or F32")]
+    #[error("tensor {name} in {file} has dtype {dtype}; spinkv reads F16, BF16, F32 or Q8_0 (I8)")]
     UnsupportedDtype {
         name: String,
         file: String,

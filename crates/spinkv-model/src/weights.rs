@@ -554,10 +554,12 @@ impl Loader<'_> {
             }
             let (scale_loc, scale_dtype) = self.locate(&scale_name, &[rows, cols / Q8_BLOCK])?;
             if scale_dtype != WeightDtype::F16 {
-                return Err(ModelError::UnsupportedDtype {
-                    name: scale_name,
-                    file: file_name(&self.files[scale_loc.shard]),
-                    dtype: scale_dtype.name().to_string(),
+                return Err(ModelError::Safetensors {
+                    path: self.files[scale_loc.shard].clone(),
+                    reason: format!(
+                        "q8_0 scales {scale_name} have dtype {}; Q8_0 scales are F16",
+                        scale_dtype.name()
+                    ),
                 });
             }
             Some(self.storage(scale_loc, scale_dtype))
