@@ -139,7 +139,10 @@ def build_bundle(progress: Callable[[str], None] = lambda line: None) -> Path:
     args += ["-p", "spinkv-wasm", "--features", "runtime"]
     if toolchain.build_std:
         args.insert(len(toolchain.cargo) + 1, "-Zbuild-std=std,panic_abort")
-    progress(f"building the wasm runtime with {toolchain.name} (first build: a few minutes)")
+    progress(
+        f"building the wasm runtime with {toolchain.name} (a few minutes the first time, "
+        "seconds when it is up to date)"
+    )
     process = subprocess.Popen(
         args,
         cwd=root,

@@ -43,10 +43,11 @@ def web_command(
 
     model_dir = resolve_model(model)
     manifest = model_manifest(model_dir, name=model_dir.name)
-    wasm = build_bundle(progress=print_note)
-    app = WebApp(STATIC, wasm, model_dir, manifest, sessions_dir())
+    # The port first (a busy one is said at once), then the bundle, which can take minutes.
+    app = WebApp(STATIC, None, model_dir, manifest, sessions_dir())
     app.serve_host(host)
     server = start_server(app, host, port)
+    app.wasm = build_bundle(progress=print_note)
     bound = server.server_address[1]
     print_note(f"serving {model_dir.name} from {model_dir}; Ctrl-C stops")
     if host in ("0.0.0.0", "::"):

@@ -59,7 +59,7 @@ class WebApp:
     def __init__(
         self,
         static_dir: Path,
-        wasm: Path,
+        wasm: Path | None,
         model_dir: Path,
         manifest: dict[str, Any],
         sessions_dir: Path,
@@ -83,7 +83,7 @@ class WebApp:
         if path in ("/", "/index.html"):
             return self.static_dir / "index.html"
         if path == "/spinkv_wasm.wasm":
-            return self.wasm
+            return self.wasm  # None until the bundle is built
         if path.startswith("/static/"):
             name = path[len("/static/") :]
             if "/" in name or name.startswith("."):
