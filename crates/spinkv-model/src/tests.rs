@@ -433,11 +433,17 @@ fn load_err(dir: &Path) -> ModelError {
     }
 }
 
+/// A model directory with the tiny config.json, and the bytes of its F16 weights file (not
+/// written: each test writes its own variant of it).
+fn config_and_f16_weights() -> (TempDir, Vec<u8>) {
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    (dir, serialize(&tiny_tensors(false), Store::F16))
+}
+
 #[test]
 fn truncated_or_corrupted_safetensors_is_an_error() {
-    let dir = TempDir::new();
-    let bytes = serialize(&tiny_tensors(false), Store::F16);
-    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    let (dir, bytes) = config_and_f16_weights();
     for broken in [
         bytes[..bytes.len() - 100].to_vec(), // truncated data
         bytes[..5].to_vec(),                 // truncated length prefix
@@ -470,9 +476,7 @@ fn truncated_or_corrupted_safetensors_is_an_error() {
 fn a_file_longer_than_its_header_says_is_refused_before_its_data_is_read() {
     // A sparse file: 1 GiB long, a few KB on disk. Refused from its header alone, so the
     // error comes at once and nothing of that size is read.
-    let dir = TempDir::new();
-    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
-    let bytes = serialize(&tiny_tensors(false), Store::F16);
+    let (dir, bytes) = config_and_f16_weights();
     let path = dir.0.join("model.safetensors");
     std::fs::write(&path, &bytes).unwrap();
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -486,9 +490,7 @@ fn a_file_longer_than_its_header_says_is_refused_before_its_data_is_read() {
 fn every_cut_or_flipped_header_byte_is_an_error_or_loads() {
     // Property: corrupting the length prefix or the JSON header of a valid file either still
     // loads or is a ModelError naming the file; nothing panics.
-    let dir = TempDir::new();
-    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
-    let bytes = serialize(&tiny_tensors(false), Store::F16);
+    let (dir, bytes) = config_and_f16_weights();
     let header_end = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {

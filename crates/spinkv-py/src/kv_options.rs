@@ -14,32 +14,15 @@ use crate::errors::{guarded, invalid_input, kv_error};
 fn option_value(key: &str, kind: OptionKind, value: &Bound<'_, PyAny>) -> PyResult<OptionValue> {
     // A value of the wrong type (a session file's transcript is untrusted) is the user's
     // error, named by its key, not pyo3's TypeError.
+    let wrong = |what: &str| invalid_input(format!("{key} must be {what}"));
     Ok(match kind {
-        OptionKind::Text => OptionValue::Text(
-            value
-                .extract()
-                .map_err(|_| invalid_input(format!("{key} must be a string")))?,
-        ),
-        OptionKind::Bits => OptionValue::Bits(
-            value
-                .extract()
-                .map_err(|_| invalid_input(format!("{key} must be a number")))?,
-        ),
-        OptionKind::Count => OptionValue::Count(
-            value
-                .extract()
-                .map_err(|_| invalid_input(format!("{key} must be an integer")))?,
-        ),
-        OptionKind::Seed => OptionValue::Seed(
-            value
-                .extract()
-                .map_err(|_| invalid_input(format!("{key} must be an integer")))?,
-        ),
-        OptionKind::Fraction => OptionValue::Fraction(
-            value
-                .extract()
-                .map_err(|_| invalid_input(format!("{key} must be a number")))?,
-        ),
+        OptionKind::Text => OptionValue::Text(value.extract().map_err(|_| wrong("a string"))?),
+        OptionKind::Bits => OptionValue::Bits(value.extract().map_err(|_| wrong("a number"))?),
+        OptionKind::Count => OptionValue::Count(value.extract().map_err(|_| wrong("an integer"))?),
+        OptionKind::Seed => OptionValue::Seed(value.extract().map_err(|_| wrong("an integer"))?),
+        OptionKind::Fraction => {
+            OptionValue::Fraction(value.extract().map_err(|_| wrong("a number"))?)
+        }
     })
 }
 
