@@ -503,3 +503,12 @@ def test_llama_cpp_tokenizes_our_export_like_we_do(
     gguf = cached_gguf(default_model_dir, tmp_path)
     vocab = llama_cpp.Llama(str(gguf), n_ctx=64, vocab_only=True, verbose=False)
     assert vocab.tokenize(text.encode(), add_bos=False) == ids
+
+
+def test_llama_kv_is_checked_and_needs_the_comparison(
+    tiny: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = bench(capsys, "-m", tiny, "-p", "4", "-n", "2", "--llama-kv", "bogus")
+    assert code == 2 and "bogus" in err
+    code, _, err = bench(capsys, "-m", tiny, "-p", "4", "-n", "2", "--llama-kv", "q8_0")
+    assert code == 2 and "needs --compare-llama-cpp" in err

@@ -359,3 +359,11 @@ def test_plot_paths_are_checked_before_the_run(tmp_path: Path) -> None:
     assert plot_path(tmp_path / "depth.svg") == tmp_path / "depth.svg"
     with pytest.raises(InvalidInputError, match="cannot write .xyz files"):
         plot_path(tmp_path / "depth.xyz")
+
+
+def test_passkey_depths_all_beyond_the_context_are_an_error(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["eval", "-m", str(tiny_model_dir), "--only", "passkey", "--passkey-depths", "99999"]
+    assert run_cli(args) == 2
+    assert "beyond the context" in capsys.readouterr().err

@@ -17,6 +17,8 @@ from spinkv.cli.render import progress_bar, stderr, stdout
 from spinkv.errors import InvalidInputError
 from spinkv.kv.options import DEFAULT_KV_PRESET
 
+LLAMA_KV_DEFAULT = "f16,q8_0,q4_0"
+
 BenchFormat = Enum("BenchFormat", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
 """--format's choices: the report formats."""
 
@@ -97,7 +99,7 @@ def bench_command(
             "attention off and on), q8_0, q4_0 (flash attention on).",
             rich_help_panel=BENCH,
         ),
-    ] = "f16,q8_0,q4_0",
+    ] = LLAMA_KV_DEFAULT,
     kernels: Annotated[
         bool,
         typer.Option(
@@ -139,12 +141,13 @@ def bench_command(
         settings = _with_isas(settings, native_isas)
     settings = _with_isas(settings, bench_run.check_isas(settings.isas))
     settings.validate()
-    llama_kv_types: tuple[str, ...] = ()
-    if compare_llama_cpp:
-        from spinkv.bench.llamacpp import parse_kv_types, require_llama_cpp
+    from spinkv.bench.llamacpp import parse_kv_types, require_llama_cpp
 
-        llama_kv_types = parse_kv_types(llama_kv)
+    llama_kv_types = parse_kv_types(llama_kv)  # checked even unused: a typo is said
+    if compare_llama_cpp:
         require_llama_cpp()
+    elif llama_kv != LLAMA_KV_DEFAULT:
+        raise InvalidInputError("--llama-kv needs --compare-llama-cpp")
 
     import spinkv.api as api
 

@@ -323,7 +323,13 @@ def passkey_prompts(
         for depth in settings.passkey_depths
         if depth <= limit
     ]
-    return prompts, [d for d in settings.passkey_depths if d > limit]
+    skipped = [d for d in settings.passkey_depths if d > limit]
+    if not prompts:
+        raise InvalidInputError(
+            f"every --passkey-depths depth ({', '.join(map(str, skipped))}) is beyond the "
+            f"context of {model.max_context} tokens: nothing would be measured"
+        )
+    return prompts, skipped
 
 
 def run_passkey(
