@@ -309,8 +309,14 @@ def passkey_prompts(
     model: LoadedModel, settings: EvalSettings
 ) -> tuple[list[passkey.PasskeyPrompt], list[int]]:
     """The passkey prompts at every depth that fits the context, and the depths that don't."""
-    hay_ids = model.tokenize(passkey.haystack_text(settings.passkey_dir))
     limit = model.max_context - passkey.ANSWER_TOKENS
+    skipped = [d for d in settings.passkey_depths if d > limit]
+    if skipped and len(skipped) == len(settings.passkey_depths):
+        raise InvalidInputError(
+            f"every --passkey-depths depth ({', '.join(map(str, skipped))}) is beyond the "
+            f"context of {model.max_context} tokens: nothing would be measured"
+        )
+    hay_ids = model.tokenize(passkey.haystack_text(settings.passkey_dir))
     prompts = [
         passkey.build_prompt(
             depth,
@@ -323,12 +329,6 @@ def passkey_prompts(
         for depth in settings.passkey_depths
         if depth <= limit
     ]
-    skipped = [d for d in settings.passkey_depths if d > limit]
-    if not prompts:
-        raise InvalidInputError(
-            f"every --passkey-depths depth ({', '.join(map(str, skipped))}) is beyond the "
-            f"context of {model.max_context} tokens: nothing would be measured"
-        )
     return prompts, skipped
 
 
