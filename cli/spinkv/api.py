@@ -448,13 +448,12 @@ class ChatSession:
             # Earlier turns slide out of the window; the new message itself, and the system
             # prompt that never slides out, must fit.
             size = len(self.model.tokenize(text))
-            system = len(self.model.tokenize(self.system)) if self.system else 0
-            if size + system > self.limit:
-                what = "the message" if not system else "the system prompt and the message"
+            if self.system:
+                size += len(self.model.tokenize(self.system))
+            if size > self.limit:
+                what = "the system prompt and the message are" if self.system else "the message is"
                 raise ContextOverflowError(
-                    f"{what} are {size + system} tokens but the context holds {self.limit} tokens"
-                    if system
-                    else f"{what} is {size} tokens but the context holds {self.limit} tokens"
+                    f"{what} {size} tokens but the context holds {self.limit} tokens"
                 )
         timings = self.model.new_timings(tokenize_ms=(time.perf_counter() - started) * 1000.0)
         spec = self.model.turn_spec(

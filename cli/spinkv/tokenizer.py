@@ -222,13 +222,12 @@ class StreamDecoder:
     def push(self, token_id: int) -> str:
         """Add one token; return the text it completes ("" while a character is partial)."""
         self.tokens.append(int(token_id))
-        try:
-            with _tokenizer_failures("decoding"):
+        # A panic (a BaseException) passes the `except Exception` to _tokenizer_failures.
+        with _tokenizer_failures("decoding"):
+            try:
                 piece = self._stream.step(self.tokenizer.hf, int(token_id)) or ""
-        except ModelFormatError:
-            raise
-        except Exception as exc:  # tokenizers raises a plain Exception for a bad id
-            raise InvalidInputError(f"cannot decode token id {token_id}: {exc}") from None
+            except Exception as exc:  # tokenizers raises a plain Exception for a bad id
+                raise InvalidInputError(f"cannot decode token id {token_id}: {exc}") from None
         self.text += piece
         return piece
 

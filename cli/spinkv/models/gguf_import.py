@@ -758,20 +758,19 @@ def import_gguf(
     if dtype not in DTYPES:
         raise InvalidInputError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
     path = Path(path).expanduser()
+    # None only for a missing file, which GGUFModel below reports.
+    record_source = dict(source) if source else source_record(path) if path.is_file() else None
     if out_dir is None:
         from spinkv.models.store import store_placement
 
         store_name = sanitize_name(name) if name is not None else store_name_for(path)
-        record_source = dict(source) if source else None
-        if record_source is None and path.is_file():
-            record_source = source_record(path)
         out_dir = store_placement(store_name, record_source, replace=replace)
     from spinkv.util.files import tree_size
     from spinkv.util.progress import current
 
     started = time.perf_counter()
     g = GGUFModel(path)
-    record = {"source": dict(source) if source else source_record(path)}
+    record = {"source": record_source}
     try:
         dest = place_atomically(Path(out_dir), lambda tmp: write_model_dir(g, tmp, dtype, record))
     except (SpinkvError, OSError, MemoryError):

@@ -396,17 +396,27 @@ def _gguf_store_names(path: Path) -> list[str]:
     return [base, f"{base[:91].rstrip('-.')}-{digest}"]
 
 
+def _current_gguf_import(path: Path, source: dict[str, Any]) -> Path | None:
+    """The store directory holding a current import of the .gguf file at path, if one does."""
+    for name in _gguf_store_names(path):
+        dest = models_dir() / name
+        if registry_entry(name) is None and _is_current_import(dest, source):
+            return dest.resolve()
+    return None
+
+
 def _import_gguf_file(path: Path) -> Path:
     """--model FILE.gguf: reuse its current import, else import it under the first of its
     store names that is free or already its own; never over another model."""
     source = source_record(path)
+    current = _current_gguf_import(path, source)
+    if current is not None:
+        return current
     for name in _gguf_store_names(path):
-        if registry_entry(name) is not None:
-            continue
         dest = models_dir() / name
-        if _is_current_import(dest, source):
-            return dest.resolve()
-        if not (dest.exists() or dest.is_symlink()) or _imported_from(dest, source):
+        if registry_entry(name) is None and (
+            not (dest.exists() or dest.is_symlink()) or _imported_from(dest, source)
+        ):
             return import_gguf(path, out_dir=dest)
     raise InvalidInputError(
         f"the store names {path.name} would take are held by other models: import it with "
@@ -465,12 +475,10 @@ def viewed_model(spec: str) -> Iterator[Path]:
     if not (path.is_file() and path.suffix.lower() == ".gguf"):
         yield resolve_model(spec)
         return
-    source = source_record(path)
-    for name in _gguf_store_names(path):
-        dest = models_dir() / name
-        if registry_entry(name) is None and _is_current_import(dest, source):
-            yield dest.resolve()
-            return
+    current = _current_gguf_import(path, source_record(path))
+    if current is not None:
+        yield current
+        return
     with tempfile.TemporaryDirectory(prefix="spinkv-info-") as tmp:
         yield import_gguf(path, out_dir=Path(tmp) / store_name_for(path))
 

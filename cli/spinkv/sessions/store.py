@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,8 +38,8 @@ from spinkv.tokenizer import valid_text
 from spinkv.util.files import (
     Lease,
     locked,
+    replace_with,
     require_regular_file,
-    temp_path_for,
     write_atomic,
 )
 from spinkv.util.names import check_name as check_store_name
@@ -389,21 +388,21 @@ def _kind_name(transcript: Transcript) -> str:
     return name
 
 
-SESSION_MAGIC = b"SPKVSESS"
-"""The first bytes of every session file (crates/spinkv-session)."""
-
-
 def write_export(path: Path, text: str) -> None:
     """An export written to path atomically. What is there already is checked first: a session
     file (the conversation being exported, say) or anything but a regular file (a directory, a
     FIFO that would block) is refused; an earlier export or other text is replaced."""
 
+    from spinkv import _native
+
+    magic = bytes(_native.SESSION_MAGIC)
+
     def check(existing: Path) -> None:
         if existing.is_symlink() or not existing.is_file():
             raise InvalidInputError(f"{existing} exists and is not a regular file: not written")
         with existing.open("rb") as file:
-            head = file.read(len(SESSION_MAGIC))
-        if head == SESSION_MAGIC:
+            head = file.read(len(magic))
+        if head == magic:
             raise InvalidInputError(
                 f"{existing} is a spinkv session file: it was not overwritten; choose another file"
             )
@@ -411,14 +410,8 @@ def write_export(path: Path, text: str) -> None:
     path = Path(path)
     if path.exists() or path.is_symlink():
         check(path)
-    # No lock file beside an export (it may go anywhere); a temp file renamed over it.
-    tmp = temp_path_for(path)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # No lock file beside an export (it may go anywhere).
+    replace_with(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 # ---- chats <-> files --------------------------------------------------------------------------

@@ -151,14 +151,20 @@ def write_atomic(
         remove_stale_temps(path)
         if check_existing is not None and (path.exists() or path.is_symlink()):
             check_existing(path)
-        tmp = temp_path_for(path)
-        try:
-            write(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        replace_with(path, write)
         fsync_dir(path.parent)
+
+
+def replace_with(path: Path, write: Callable[[Path], object]) -> None:
+    """write(temp_path) beside path, then rename it over path; on any failure the temp file
+    is removed and path is as it was. No lock: `write_atomic` adds it for the store's files."""
+    tmp = temp_path_for(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def tree_size(path: Path) -> int:

@@ -30,16 +30,16 @@ def web_command(
     Worker): streaming chat, KV presets, cache and memory stats, sessions shared with the CLI."""
     from spinkv.errors import InvalidInputError
     from spinkv.models.store import resolve_model
+    from spinkv.sessions.store import sessions_dir
+    from spinkv.web.bundle import STATIC, build_bundle
+    from spinkv.web.manifest import model_manifest
+    from spinkv.web.server import WebApp, start_server
 
     if not host.strip():
         raise InvalidInputError(
             "--host is empty: give an address (127.0.0.1: this machine only; 0.0.0.0: every "
             "interface)"
         )
-    from spinkv.sessions.store import sessions_dir
-    from spinkv.web.bundle import STATIC, build_bundle
-    from spinkv.web.manifest import model_manifest
-    from spinkv.web.server import WebApp, start_server
 
     model_dir = resolve_model(model)
     manifest = model_manifest(model_dir, name=model_dir.name)

@@ -47,4 +47,6 @@ pub use spinkv_model::{
 pub use spinkv_model::{read_bandwidth, ReadBandwidth};
 #[cfg(target_arch = "wasm32")]
 pub use spinkv_model::{set_host_hooks, HostHooks};
-pub use spinkv_session::{runtime_build, SessionFileError, SessionHeader, FORMAT_VERSION};
+pub use spinkv_session::{
+    runtime_build, SessionFileError, SessionHeader, FORMAT_VERSION, MAGIC as SESSION_MAGIC,
+};

@@ -250,12 +250,9 @@ impl KvConfig {
     pub fn from_options(options: &KvOptions, context: Option<usize>) -> Result<KvConfig, KvError> {
         let mut config = KvConfig::preset(options.preset_name())?;
         config.max_tokens = context.unwrap_or(DEFAULT_MAX_TOKENS);
-        if config.codec == KvCodecKind::Fp16 {
-            // The fp16 cache stores every key and value as it is: bits would be ignored.
-            if let Some(key) = [("k_bits", options.k_bits), ("v_bits", options.v_bits)]
-                .into_iter()
-                .find_map(|(key, bits)| bits.map(|_| key))
-            {
+        // The fp16 cache stores every key and value as it is: bits would be ignored.
+        for (key, bits) in [("k_bits", options.k_bits), ("v_bits", options.v_bits)] {
+            if config.codec == KvCodecKind::Fp16 && bits.is_some() {
                 return Err(invalid(format!(
                     "{key} does not apply to the fp16 preset (it keeps keys and values in fp16)"
                 )));

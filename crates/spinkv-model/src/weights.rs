@@ -160,7 +160,7 @@ impl Deref for Shard {
 /// Where the kernel has no huge pages the advice is a no-op.
 #[cfg(not(target_arch = "wasm32"))]
 fn read_to_huge_pages(file: &std::fs::File) -> std::io::Result<Mmap> {
-    use std::io::Read;
+    use std::io::{Read, Seek, SeekFrom};
     let len = usize::try_from(file.metadata()?.len())
         .map_err(|_| std::io::Error::other("file larger than the address space"))?;
     if len == 0 {
@@ -170,6 +170,7 @@ fn read_to_huge_pages(file: &std::fs::File) -> std::io::Result<Mmap> {
     }
     let mut memory = spinkv_kv::huge_pages::map_anonymous(len)?;
     let mut reader = file;
+    reader.seek(SeekFrom::Start(0))?; // `read_header` has read past the start
     reader.read_exact(&mut memory[..len])?;
     let mut tail = [0u8; 1];
     if reader.read(&mut tail)? != 0 {
@@ -310,12 +311,7 @@ impl Weights {
                 path: path.clone(),
                 source,
             })?;
-            read_header(&file)
-                .and_then(|_| {
-                    use std::io::{Seek, SeekFrom};
-                    (&file).seek(SeekFrom::Start(0)).map_err(HeaderError::Io)
-                })
-                .map_err(|reason| header_error(path, reason))?;
+            read_header(&file).map_err(|reason| header_error(path, reason))?;
             let map = read_to_huge_pages(&file).map_err(|source| ModelError::Io {
                 path: path.clone(),
                 source,

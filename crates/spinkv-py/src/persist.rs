@@ -74,5 +74,10 @@ pub fn py_runtime_build() -> String {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_session, m)?)?;
     m.add_function(wrap_pyfunction!(py_runtime_build, m)?)?;
+    // The first bytes of every session file, for Python's checks before it writes a file.
+    m.add(
+        "SESSION_MAGIC",
+        pyo3::types::PyBytes::new(m.py(), &spinkv_core::SESSION_MAGIC),
+    )?;
     Ok(())
 }
