@@ -551,6 +551,130 @@ def test_sliding_window_chat_outlives_its_context_and_restores(
     assert digest(chat) == state
 
 
+LONG_KV = {**TURBO_SMALL, "max_context": 256}
+"""A context the long conversation below is several times as long as."""
+OTHER_KV = {**LONG_KV, "window": 32}
+"""The same context, another recent window: a cache saved under LONG_KV is refused."""
+
+
+def long_chat(model: LoadedModel, turns: int = 12) -> ChatSession:
+    chat = model.chat(kv=LONG_KV, max_tokens=10)
+    for i in range(turns):
+        chat.ask(f"message {i}: the quick brown fox jumps")
+    return chat
+
+
+def rendered_tokens(model: LoadedModel, chat: ChatSession) -> int:
+    return len(model.tokenize(model.render_chat(chat.messages)))
+
+
+@pytest.fixture(scope="module")
+def long_session(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sliding chat saved under LONG_KV whose transcript is over 3 contexts long."""
+    chat = long_chat(tiny)
+    assert chat.stats()["retired_tokens"] > 0
+    assert rendered_tokens(tiny, chat) > 3 * 256
+    path = tmp_path_factory.mktemp("long") / "long.spkv"
+    chat.save(path)
+    return path
+
+
+def test_a_refused_long_transcript_re_reads_only_the_newest_turns(
+    tiny: LoadedModel, long_session: Path, tmp_path: Path
+) -> None:
+    from spinkv.sessions.store import read_transcript
+
+    chat = tiny.chat(kv=OTHER_KV, max_tokens=10)
+    outcome = chat.restore(long_session)
+    assert not outcome.reused and outcome.fields == ["recent_window"]
+    assert outcome.messages == 24 and 0 < outcome.context_start < 24
+    assert chat.history[outcome.context_start]["role"] == "user", "whole turns"
+    assert len(chat.history) == 24 and chat.context_start == outcome.context_start
+
+    first = chat.ask("and now?")
+    assert first.cached_tokens == 0
+    # The turns re-read fit the context with room for the reply (planned without the new
+    # message, which may take some of that room), so the prefill is one context at most.
+    assert first.timings.prefill_tokens == first.prompt_tokens <= 256, "one context at most"
+    assert first.prompt_tokens > 256 // 2, "as many turns as fit"
+    assert chat.cached_tokens <= 256
+    second = chat.ask("and then?")
+    assert second.cached_tokens >= first.prompt_tokens, "the cache is reused"
+    assert second.timings.prefill_tokens == second.prompt_tokens - second.cached_tokens < 64
+
+    chat.save(tmp_path / "again.spkv")
+    transcript, _ = read_transcript(tmp_path / "again.spkv")
+    assert len(transcript.messages) == 28 and transcript.messages == chat.history
+    assert transcript.context_start == outcome.context_start
+    resumed = tiny.chat(kv=OTHER_KV, max_tokens=10)
+    again = resumed.restore(tmp_path / "again.spkv")
+    assert again.reused and again.context_start == outcome.context_start
+    third = resumed.ask("and at last?")
+    assert third.cached_tokens >= second.prompt_tokens, "goes on from the same message"
+    assert third.timings.prefill_tokens < 64
+
+
+def test_a_refused_short_transcript_is_re_prefilled_whole(
+    tiny: LoadedModel, tmp_path: Path
+) -> None:
+    chat = long_chat(tiny, turns=2)
+    chat.save(tmp_path / "short.spkv")
+    other = tiny.chat(kv=OTHER_KV, max_tokens=10)
+    outcome = other.restore(tmp_path / "short.spkv")
+    assert not outcome.reused and outcome.context_start == 0
+    whole = len(
+        tiny.tokenize(tiny.render_chat(other.messages + [{"role": "user", "content": "hi"}]))
+    )
+    result = other.ask("hi")
+    assert result.cached_tokens == 0 and result.timings.prefill_tokens == result.prompt_tokens
+    assert result.prompt_tokens == whole and other.context_start == 0
+
+
+def test_a_chat_that_does_not_slide_still_refuses_a_long_transcript(
+    tiny: LoadedModel, long_session: Path
+) -> None:
+    chat = ChatSession(tiny, kv=OTHER_KV, max_tokens=10, slide=False)
+    outcome = chat.restore(long_session)
+    assert not outcome.reused and outcome.context_start == 0
+    with pytest.raises(InvalidInputError, match="context"):
+        chat.send("and now?")
+    assert len(chat.history) == 24 and len(chat.session) == 0
+
+
+def test_long_conversations_fed_from_nothing_keep_to_one_context(
+    tiny: LoadedModel, long_session: Path
+) -> None:
+    source = tiny.chat(kv=OTHER_KV)
+    source.restore(long_session)
+    fresh = tiny.chat(kv=OTHER_KV, max_tokens=10)
+    fresh._history = source.history  # a new chat given a long history
+    result = fresh.ask("and now?")
+    assert result.timings.prefill_tokens == result.prompt_tokens <= 256 - 10
+    assert fresh.context_start > 0 and len(fresh.history) == 26
+    # A new system prompt in a chat whose start slid out: rebuilt from the newest turns too.
+    slid = long_chat(tiny, turns=8)
+    slid.set_system("Answer briefly.")
+    result = slid.ask("and now?")
+    assert result.timings.prefill_tokens <= 256 - 10 and slid.context_start > 0
+    assert slid.ask("more?").cached_tokens >= result.prompt_tokens
+
+
+def test_chat_says_how_much_of_a_long_refused_session_it_re_reads(
+    tiny: LoadedModel, long_session: Path, spinkv_home: Path
+) -> None:
+    path = session_path("long")
+    path.parent.mkdir(parents=True)
+    shutil.copy(long_session, path)
+    done = spinkv_cli("chat", "-n", "4", "--kv-window", "32", "--session", "long", stdin="hi\n")
+    assert done.returncode == 0, done.stderr
+    assert "KV cache not reused" in done.stderr and "recent_window" in done.stderr
+    assert "re-reads the last" in done.stderr and "of 24 messages" in done.stderr
+    prefill = [line for line in done.stderr.splitlines() if "prefill" in line][0]
+    assert int(prefill.split("prefill ")[1].split(" tok")[0]) <= 256, prefill
+    exported = json.loads(spinkv_cli("sessions", "export", "long", "--format", "json").stdout)
+    assert len(exported["messages"]) == 26, "the session keeps every message"
+
+
 def test_clear_is_a_deterministic_reset(tiny: LoadedModel) -> None:
     new = tiny.chat(kv=TURBO_SMALL)
     chat = chat_with_history(tiny)

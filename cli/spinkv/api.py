@@ -26,6 +26,7 @@ import numpy as np
 
 from spinkv import _native
 from spinkv.chat_template import CHATML_ORIGIN, ChatTemplate, load_chat_template
+from spinkv.context_window import first_fitting, prompt_budget, turn_starts
 from spinkv.errors import (
     ChatBusyError,
     ContextOverflowError,
@@ -37,6 +38,7 @@ from spinkv.generation import (
     GenerationResult,
     TextStream,
     TurnSpec,
+    common_prefix_length,
 )
 from spinkv.kv.options import DEFAULT_KV_PRESET, KvSpec, kv_dict
 from spinkv.sampling import SamplingParams
@@ -280,13 +282,20 @@ class LoadedModel:
 
 @dataclass
 class RestoreOutcome:
-    """What `ChatSession.restore` did with the saved KV cache."""
+    """What `ChatSession.restore` did with the saved KV cache.
+
+    messages: the transcript's messages (without the system prompt); context_start: the first
+    of them the cache holds or, after a refused cache, the next turn re-reads (beyond 0 when
+    the conversation is longer than the context of a sliding chat).
+    """
 
     reused: bool
     cached_tokens: int
     reason: str | None = None
     fields: list[str] = field(default_factory=list)
     turns: int = 0
+    messages: int = 0
+    context_start: int = 0
 
 
 def _messages(prompt: Prompt, system: str | None) -> list[ChatMessage]:
@@ -320,11 +329,13 @@ def _checked_message(message: Mapping[str, Any]) -> ChatMessage:
 class ChatSession:
     """A conversation that keeps its native session (KV cache) between turns.
 
-    Each turn renders the whole conversation with the chat template, keeps the cached
-    tokens that are a prefix of the new rendering and prefills only the rest: normally the
-    end-of-reply marker and the new user turn. Where the reply's text tokenizes differently
-    from the sampled tokens, or the system prompt changed, the cache is cut back to the
-    common prefix, so the cache always matches the conversation.
+    Each turn renders the conversation with the chat template — the system prompt and the
+    history from `context_start` on (0, the whole history, unless a sliding chat rebuilt its
+    cache from a long conversation: see Lifecycle) — keeps the cached tokens that are a prefix
+    of the new rendering and prefills only the rest: normally the end-of-reply marker and the
+    new user turn. Where the reply's text tokenizes differently from the sampled tokens, or
+    the system prompt changed, the cache is cut back to the common prefix, so the cache always
+    matches what was rendered.
 
     An interrupted reply (Ctrl-C, or the stream closed early) keeps the text streamed so far
     as the assistant message, like ollama; if nothing was streamed the user turn is dropped.
@@ -336,6 +347,17 @@ class ChatSession:
     pages after the first one (an attention sink) instead of refusing the turn; `clear()`
     resets it and gives back memory beyond the reservation. `save(path)` / `restore(path)`
     write and read session files (spinkv.sessions.store handles names, locking, atomic writes).
+
+    Long conversations: when a sliding chat must build its cache from nothing (after a
+    refused restore, or when a changed system prompt meets a cache whose start slid out) and
+    the rendering is longer than the context minus room for the reply (max_tokens, at most a
+    quarter of the context), it feeds the system prompt and only the newest whole turns that
+    fit, and moves `context_start` to the first of them, so later renderings extend what the
+    cache holds and reuse it. A start chosen by `restore` (reported in its outcome) is kept
+    for the next turn unless that prompt outgrows the whole context. The history, `history`,
+    `messages` and saved transcripts always hold the whole conversation; a transcript records
+    `context_start` so a reused cache goes on from the same message. A chat that does not
+    slide refuses a conversation longer than its context (ContextOverflowError), as before.
 
     Threads: one turn runs at a time. `ask` from several threads takes turns (waiting up to
     ASK_WAIT_S); `send`, `clear`, `set_system`, `save` and `restore` while another thread's
@@ -359,6 +381,8 @@ class ChatSession:
         self.system = None if system is None else valid_text(system, "system prompt")
         self.created: str | None = None
         self._history: list[ChatMessage] = []
+        self._start = 0  # the first message of _history that turns render (see Lifecycle)
+        self._start_chosen = False  # chosen by restore() for the next turn
         self._session = model.session(self.kv)
         self.limit = model.context_limit(self.kv)
         self._check_system(self.system)
@@ -383,11 +407,17 @@ class ChatSession:
 
     @property
     def messages(self) -> list[ChatMessage]:
-        """What the chat template renders: the system message (if set) and the history."""
-        head: list[ChatMessage] = []
-        if self.system is not None:
-            head.append({"role": "system", "content": self.system})
-        return head + self.history
+        """The whole conversation: the system message (if set) and the history (turns render
+        the history from `context_start` on)."""
+        return self._system_head() + self.history
+
+    @property
+    def context_start(self) -> int:
+        """Index in `history` of the first message the cache was fed (0: all of them)."""
+        return self._start
+
+    def _system_head(self) -> list[ChatMessage]:
+        return [] if self.system is None else [{"role": "system", "content": self.system}]
 
     @property
     def session(self) -> _native.Session:
@@ -443,26 +473,13 @@ class ChatSession:
         started = time.perf_counter()
         text = valid_text(text, "message")
         user: ChatMessage = {"role": "user", "content": text}
-        prompt_ids = self.model.tokenize(self.model.render_chat(self.messages + [user]))
+        max_tokens = self.max_tokens if max_tokens is None else max_tokens
         if self.slide:
-            # Earlier turns slide out of the window; the new message itself, and the system
-            # prompt that never slides out, must fit.
-            size = len(self.model.tokenize(text))
-            if self.system:
-                size += len(self.model.tokenize(self.system))
-            if size > self.limit:
-                what = "the system prompt and the message are" if self.system else "the message is"
-                raise ContextOverflowError(
-                    f"{what} {size} tokens but the context holds {self.limit} tokens"
-                )
+            self._check_fits_alone(text)
+        start, prompt_ids = self._turn_prompt(user, max_tokens)
         timings = self.model.new_timings(tokenize_ms=(time.perf_counter() - started) * 1000.0)
         spec = self.model.turn_spec(
-            prompt_ids,
-            sampling or self.sampling,
-            self.max_tokens if max_tokens is None else max_tokens,
-            self.kv,
-            timings,
-            slide=self.slide,
+            prompt_ids, sampling or self.sampling, max_tokens, self.kv, timings, slide=self.slide
         )
 
         def record(result: GenerationResult) -> None:
@@ -470,6 +487,8 @@ class ChatSession:
             if result.finish_reason != "interrupted" or result.text:
                 self._history.append(user)
                 self._history.append({"role": "assistant", "content": result.text})
+            if result.finish_reason != "interrupted":  # else the cache is as before the turn
+                self._start, self._start_chosen = start, False
             self._end_turn()
 
         try:
@@ -481,6 +500,57 @@ class ChatSession:
         except BaseException:  # e.g. Ctrl-C before the caller got the stream
             self._session.rollback_turn()
             raise
+
+    def _check_fits_alone(self, text: str) -> None:
+        """Earlier turns slide out of the window; the new message itself, and the system
+        prompt that never slides out, must fit."""
+        size = len(self.model.tokenize(text))
+        if self.system:
+            size += len(self.model.tokenize(self.system))
+        if size > self.limit:
+            what = "the system prompt and the message are" if self.system else "the message is"
+            raise ContextOverflowError(
+                f"{what} {size} tokens but the context holds {self.limit} tokens"
+            )
+
+    def _render_from(self, start: int, user: ChatMessage | None) -> list[int]:
+        """Token ids of the system prompt, the history from `start` on and `user` (with the
+        generation prompt); without `user`, of the conversation as it stands."""
+        messages = self._system_head() + self._history[start:] + ([user] if user else [])
+        if not messages:
+            return []
+        rendered = self.model.render_chat(messages, add_generation_prompt=user is not None)
+        return self.model.tokenize(rendered)
+
+    def _turn_prompt(self, user: ChatMessage, max_tokens: object) -> tuple[int, list[int]]:
+        """Where this turn's rendering starts in the history, and its token ids: from
+        `context_start`, or later when the cache is built from nothing and that is too long."""
+        prompt_ids = self._render_from(self._start, user)
+        cap = self.limit if self._start_chosen else prompt_budget(self.limit, max_tokens)
+        if not self.slide or len(prompt_ids) <= cap or not self._rebuilds(prompt_ids):
+            return self._start, prompt_ids
+        start = self._fitting_start(user, prompt_budget(self.limit, max_tokens), self._start)
+        return start, self._render_from(start, user)
+
+    def _rebuilds(self, prompt_ids: Sequence[int]) -> bool:
+        """Whether the cache keeps nothing of use for this prompt: it is empty, or the prompt
+        leaves it before its retired tokens (the cut then keeps only the head)."""
+        if len(self._session) == 0:
+            return True
+        retired = int(self._session.retired)
+        return retired > 0 and common_prefix_length(self._session.tokens, prompt_ids) < retired
+
+    def _fitting_start(self, user: ChatMessage | None, budget: int, first: int) -> int:
+        """The earliest start from `first` on whose rendering has at most `budget` tokens
+        (the end of the history when none has)."""
+
+        def fits(start: int) -> bool:
+            try:
+                return len(self._render_from(start, user)) <= budget
+            except InvalidInputError:  # past the template's output bound: far too long
+                return False
+
+        return first_fitting(turn_starts(self._history, first), fits)
 
     def _end_turn(self) -> None:
         self._active_thread = None
@@ -508,6 +578,7 @@ class ChatSession:
         its pages beyond the reservation: the chat is then as good as a new one."""
         with self._exclusive():
             self._history.clear()
+            self._start, self._start_chosen = 0, False
             self._session.reset()
             self._session.trim_memory()
 
@@ -539,6 +610,7 @@ class ChatSession:
             "retired_tokens": int(self._session.retired),
             "max_context": self.model.context_limit(self.kv),
             "sliding_window": self.slide,
+            "context_start": self._start,
             "cache": dict(self._session.cache_stats()),
         }
 
@@ -557,6 +629,7 @@ class ChatSession:
             max_tokens=self.max_tokens,
             created=self.created or now_iso(),
             updated=now_iso(),
+            context_start=self._start,
         )
 
     def save(self, path: str | Path) -> int:
@@ -573,8 +646,9 @@ class ChatSession:
         when their identity matches this chat's model, tokenizer, template, cache policy and
         runtime and every page checks out; otherwise the cache is refused (`outcome.reason`
         says why, `outcome.fields` names differing identity fields) and the next turn
-        re-prefills the transcript. Raises if the file itself is unreadable (this chat is
-        then untouched)."""
+        re-prefills the transcript — a sliding chat only the system prompt and the newest
+        turns that fit when the transcript is longer than that (`outcome.context_start`).
+        Raises if the file itself is unreadable (this chat is then untouched)."""
         from spinkv.sessions.store import read_transcript
 
         with self._exclusive():
@@ -593,8 +667,19 @@ class ChatSession:
             ]
             self.system = transcript.system
             self.created = transcript.created or None
+            self._start, self._start_chosen = self._restored_start(outcome, transcript), True
             outcome.turns = transcript.turns
+            outcome.messages, outcome.context_start = len(self._history), self._start
             return outcome
+
+    def _restored_start(self, outcome: RestoreOutcome, transcript: Transcript) -> int:
+        """A reused cache goes on from the message it was fed from; a refused one is rebuilt
+        from the newest turns that fit (a sliding chat) or from the start."""
+        if outcome.reused:
+            return transcript.context_start
+        if not self.slide:
+            return 0
+        return self._fitting_start(None, prompt_budget(self.limit, self.max_tokens), 0)
 
     def _close_active(self) -> None:
         if self._active is not None and not self._active.finished:

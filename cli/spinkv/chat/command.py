@@ -275,6 +275,9 @@ class ChatRepl:
             "context limit": stats["max_context"],
             "when full": "slide (oldest pages retired)" if stats["sliding_window"] else "stop",
         }
+        if stats["context_start"]:  # a long conversation rebuilt from its newest turns
+            total = len(self.chat.history)
+            conversation["messages rendered"] = f"last {total - stats['context_start']} of {total}"
         stderr.print(key_value_table(conversation, title="conversation"))
         render_cache_stats(stats["cache"], stderr, per_layer=per_layer)
 
@@ -387,5 +390,22 @@ def restore_note(name: str, outcome: RestoreOutcome) -> str:
         return f"session {name}: resumed {turns}, {outcome.cached_tokens} tokens of KV cache reused"
     return (
         f"session {name}: resumed {turns}; KV cache not reused ({outcome.reason}); "
-        "the transcript is re-prefilled on the next turn"
+        f"{re_prefill_note(outcome)}"
+    )
+
+
+def re_prefill_note(outcome: RestoreOutcome) -> str:
+    """What the next turn feeds after a refused cache: all of the transcript, or the newest
+    messages of one longer than the context (the session file keeps every message)."""
+    if outcome.context_start == 0:
+        return "the transcript is re-prefilled on the next turn"
+    newest, total = outcome.messages - outcome.context_start, outcome.messages
+    if newest == 0:
+        return (
+            "the conversation is longer than the context and its newest turn alone does not "
+            f"fit: the next turn re-reads none of its {total} messages (the session keeps them)"
+        )
+    return (
+        "the conversation is longer than the context, so the next turn re-reads the last "
+        f"{newest} of {total} messages (the session keeps all of them)"
     )

@@ -95,7 +95,13 @@ def now_iso() -> str:
 
 @dataclass
 class Transcript:
-    """What a session file says about its conversation (the JSON between identity and pages)."""
+    """What a session file says about its conversation (the JSON between identity and pages).
+
+    messages always hold the whole conversation; context_start is the index of the first one
+    the saved cache was fed (beyond 0 when a sliding chat rebuilt its cache from the newest
+    turns of a conversation longer than its context: see ChatSession). Written only when
+    beyond 0, so other files are as before.
+    """
 
     messages: list[dict[str, str]]
     system: str | None = None
@@ -106,6 +112,7 @@ class Transcript:
     max_tokens: int | None = None
     created: str = field(default_factory=now_iso)
     updated: str = field(default_factory=now_iso)
+    context_start: int = 0
 
     @property
     def turns(self) -> int:
@@ -129,6 +136,8 @@ class Transcript:
             "created": self.created,
             "updated": self.updated,
         }
+        if self.context_start:
+            record["context_start"] = self.context_start
         return json.dumps(_utf8_clean(record), ensure_ascii=False)
 
     @classmethod
@@ -164,6 +173,9 @@ class Transcript:
 
         kv = record.get("kv")
         max_tokens = record.get("max_tokens")
+        start = record.get("context_start")
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(messages):
+            start = 0  # only a hint of where the cache starts: the conversation stays readable
         return cls(
             messages=[
                 {"role": valid_text(m["role"]), "content": valid_text(m["content"])}
@@ -177,6 +189,7 @@ class Transcript:
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
             created=str(record.get("created") or ""),
             updated=str(record.get("updated") or ""),
+            context_start=start,
         )
 
 
