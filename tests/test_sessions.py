@@ -715,3 +715,27 @@ def test_transcripts_round_trip_and_reject_foreign_json() -> None:
     ):
         with pytest.raises(spinkv.SpinkvError):
             Transcript.from_json(text)
+
+
+def test_transcripts_keep_context_start_and_ignore_a_bad_one() -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    plain = Transcript(messages=messages)
+    assert "context_start" not in json.loads(plain.to_json()), "files as before"
+    assert Transcript.from_json(Transcript(messages, context_start=2).to_json()).context_start == 2
+    for bad in (-1, 3, "1", True, None):
+        record = {**json.loads(plain.to_json()), "context_start": bad}
+        assert Transcript.from_json(json.dumps(record)).context_start == 0
+
+
+def test_the_fed_window_starts_at_a_user_turn_that_fits() -> None:
+    from spinkv.context_window import first_fitting, prompt_budget, reply_room, turn_starts
+
+    history = [{"role": r} for r in ("user", "assistant") * 3]
+    assert turn_starts(history, 0) == [0, 2, 4, 6]
+    assert turn_starts(history, 3) == [3, 4, 6] and turn_starts(history, 6) == [6]
+    sizes = {0: 300, 2: 200, 4: 100, 6: 10}
+    assert first_fitting([0, 2, 4, 6], lambda i: sizes[i] <= 250) == 2
+    assert first_fitting([0, 2, 4, 6], lambda i: sizes[i] <= 5) == 6, "the end when none fits"
+    assert first_fitting([0, 2, 4, 6], lambda i: True) == 0
+    assert reply_room(512, 1024) == 128 and reply_room(512, 40) == 40
+    assert reply_room(512, "many") == 128 and prompt_budget(512, 40) == 472
