@@ -478,6 +478,34 @@ def test_models_list_and_info(tiny: Path, tmp_path: Path) -> None:
     assert "KV bytes per token" in table.stdout and "parameters" in table.stdout
 
 
+def test_models_list_and_info_name_what_the_loader_would_refuse(tiny: Path, tmp_path: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    home = tmp_path / "home"
+    shutil.copytree(tiny, home / "models" / "fine")
+    broken = shutil.copytree(tiny, home / "models" / "broken")
+    weights = load_file(broken / "model.safetensors")
+    del weights["model.layers.1.mlp.up_proj.weight"]
+    save_file(weights, broken / "model.safetensors")
+
+    info = spinkv_cli("models", "info", "broken", SPINKV_HOME=str(home))
+    assert_one_line_error(info, "model.layers.1.mlp.up_proj.weight", "missing")
+    assert_one_line_error(
+        spinkv_cli("models", "info", str(broken), "--json", SPINKV_HOME=str(home)),
+        "model.layers.1.mlp.up_proj.weight",
+    )
+    listed = spinkv_cli("models", "list", SPINKV_HOME=str(home))
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
+    assert "broken: tensor model.layers.1.mlp.up_proj.weight is missing" in rows["broken"]
+    assert rows["fine"].split()[-1] == "ok" and "broken" not in rows["fine"]
+    records = json.loads(spinkv_cli("models", "list", "--json", SPINKV_HOME=str(home)).stdout)
+    by_name = {record["name"]: record for record in records}
+    assert by_name["fine"]["problem"] is None and by_name["fine"]["n_layers"] == 2
+    assert "model.layers.1.mlp.up_proj.weight" in by_name["broken"]["problem"]
+    assert by_name["broken"]["n_layers"] is None
+
+
 def test_models_bad_input(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     assert_one_line_error(spinkv_cli("models", "pull", "no-such-model", SPINKV_HOME=home))

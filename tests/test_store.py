@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import zipfile
@@ -253,6 +254,64 @@ def test_list_info_remove(
     assert [i.name for i in list_models()] == ["tiny-tied"]
     with pytest.raises(ModelNotFoundError):
         remove_model("tiny")
+
+
+UP_PROJ = "model.layers.1.mlp.up_proj.weight"
+
+DAMAGE: dict[str, tuple[str, Any, list[str]]] = {
+    "missing": (UP_PROJ, None, [UP_PROJ, "missing"]),
+    "float64": (UP_PROJ, np.float64, [UP_PROJ, "F64"]),
+    "uint8": (UP_PROJ, np.uint8, [UP_PROJ, "U8"]),
+    "int8-norm": ("model.norm.weight", np.int8, ["model.norm.weight", "I8"]),
+}
+"""Models whose safetensors header is valid but that the loader refuses: name -> (tensor,
+the dtype it is stored in (None: left out), what the error names)."""
+
+
+def damage_weights(model: Path, tensor: str, dtype: Any) -> Path:
+    """Rewrite the model's weights with tensor stored as dtype, or without it (dtype None)."""
+    weights = load_file(model / "model.safetensors")
+    if dtype is None:
+        del weights[tensor]
+    else:
+        weights[tensor] = weights[tensor].astype(dtype)
+    save_file(weights, model / "model.safetensors")
+    return model
+
+
+def test_list_and_info_flag_models_the_loader_would_refuse(
+    tiny_model_dir: Path, spinkv_home: Path, make_tiny: Callable[..., Path]
+) -> None:
+    from spinkv.errors import SpinkvError
+    from spinkv.models.info import BrokenModel, ModelInfo
+    from spinkv.util.safetensors_io import save_safetensors
+
+    models = spinkv_home / "models"
+    copy_model(tiny_model_dir, models / "fine")
+    copy_model(make_tiny(tie_word_embeddings=True), models / "tied")  # no lm_head: fine
+    q8 = copy_model(tiny_model_dir, models / "q8")  # I8 matrices + F16 scales: fine
+    save_safetensors(q8 / "model.safetensors", load_file(q8 / "model.safetensors"), "q8_0")
+    for name, (tensor, dtype, _) in DAMAGE.items():
+        damage_weights(copy_model(tiny_model_dir, models / name), tensor, dtype)
+
+    listed = {info.name: info for info in list_models()}
+    assert sorted(listed) == sorted(["fine", "tied", "q8", *DAMAGE])
+    for name in ("fine", "tied", "q8"):
+        assert isinstance(listed[name], ModelInfo), listed[name]
+    assert listed["q8"].dtype == "q8_0"
+    for name, (_, _, named) in DAMAGE.items():
+        broken = listed[name]
+        assert isinstance(broken, BrokenModel), broken
+        assert broken.path == (models / name).resolve()
+        assert all(fragment in broken.problem for fragment in named), broken.problem
+        assert "\n" not in broken.problem
+        record = broken.to_dict()
+        assert record["problem"] == broken.problem and record["parameters"] is None
+        assert set(record) == set(listed["fine"].to_dict()) | {"problem"}
+        with pytest.raises(SpinkvError, match=re.escape(named[0])):
+            model_info(models / name)
+        with pytest.raises(SpinkvError, match=re.escape(named[0])):
+            resolve_model(name)  # what `run` meets first: the same error, before loading
 
 
 def test_check_model_dir_names_every_missing_file(tmp_path: Path) -> None:

@@ -70,6 +70,14 @@ class InternalError(SpinkvError):
     """A bug inside spinkv (a caught Rust panic): never the user's fault; please report it."""
 
 
+def debug_enabled() -> bool:
+    """SPINKV_DEBUG is set (to anything but "", "0", "false" or "no"): errors keep their
+    tracebacks and panics their reports (spinkv-py's panic hook reads it the same way)."""
+    import os
+
+    return os.environ.get("SPINKV_DEBUG", "").strip() not in ("", "0", "false", "no")
+
+
 def one_line(exc: BaseException) -> str:
     """An exception's message on one line (its type's name when it has none)."""
     return " ".join(str(exc).split()) or type(exc).__name__

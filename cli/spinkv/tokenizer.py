@@ -17,6 +17,7 @@ import numpy as np
 
 from spinkv.errors import InvalidInputError, ModelFormatError, ModelNotFoundError
 from spinkv.models.info import read_json
+from spinkv.util.quiet_panics import is_panic, quiet_call
 
 
 def valid_text(text: object, what: str = "text") -> str:
@@ -154,7 +155,8 @@ class Tokenizer:
         for some models); chat-template output already holds them, hence the default."""
         text = valid_text(text)
         with _tokenizer_failures("encoding"):
-            return list(self.hf.encode(text, add_special_tokens=add_special_tokens).ids)
+            encoding = quiet_call(self.hf.encode, text, add_special_tokens=add_special_tokens)
+        return list(encoding.ids)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of token ids; an id outside the vocabulary is an InvalidInputError."""
@@ -168,7 +170,8 @@ class Tokenizer:
                 )
             checked.append(int(token))
         with _tokenizer_failures("decoding"):
-            return str(self.hf.decode(checked, skip_special_tokens=skip_special_tokens))
+            text = quiet_call(self.hf.decode, checked, skip_special_tokens=skip_special_tokens)
+        return str(text)
 
     def token_to_id(self, token: str) -> int | None:
         return self.hf.token_to_id(token)
@@ -187,11 +190,12 @@ class Tokenizer:
 def _tokenizer_failures(what: str) -> Iterator[None]:
     """A panic inside `tokenizers` (a model's pre-tokenizer regex that gives up, say) as a
     ModelFormatError: pyo3 raises it as PanicException, a BaseException that no `except
-    Exception` catches."""
+    Exception` catches. The calls that may panic run through `quiet_call`, which keeps the
+    panic hook's report ("thread '<unnamed>' panicked at ...") off stderr."""
     try:
         yield
     except BaseException as exc:
-        if type(exc).__name__ != "PanicException":
+        if not is_panic(exc):
             raise
         reason = str(exc).splitlines()[0] if str(exc) else "a panic"
         raise ModelFormatError(f"the model's tokenizer failed while {what}: {reason}") from None
@@ -225,7 +229,7 @@ class StreamDecoder:
         # A panic (a BaseException) passes the `except Exception` to _tokenizer_failures.
         with _tokenizer_failures("decoding"):
             try:
-                piece = self._stream.step(self.tokenizer.hf, int(token_id)) or ""
+                piece = quiet_call(self._stream.step, self.tokenizer.hf, int(token_id)) or ""
             except Exception as exc:  # tokenizers raises a plain Exception for a bad id
                 raise InvalidInputError(f"cannot decode token id {token_id}: {exc}") from None
         self.text += piece

@@ -15,13 +15,9 @@ import typer
 from spinkv.bench import command as bench
 from spinkv.chat import command as chat
 from spinkv.chat import run_command as run
-from spinkv.cli.failures import (
-    debug_enabled,
-    describe,
-    is_internal_error,
-    user_error_types,
-)
+from spinkv.cli.failures import describe, is_internal_error, user_error_types
 from spinkv.cli.render import print_error, stderr, steps_for
+from spinkv.errors import debug_enabled
 from spinkv.eval import command as eval_cmd
 from spinkv.kv import command as cache
 from spinkv.models import command as models

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from spinkv.errors import one_line
 
 
@@ -30,7 +28,3 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return "out of memory"
     return one_line(exc)
-
-
-def debug_enabled() -> bool:
-    return os.environ.get("SPINKV_DEBUG", "").strip() not in ("", "0", "false", "no")

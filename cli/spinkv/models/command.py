@@ -10,6 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from spinkv.cli import options as opt
 from spinkv.cli.render import (
@@ -77,12 +78,13 @@ def import_gguf(
 
 @app.command("list")
 def list_models(json_output: opt.JsonOption = False) -> None:
-    """The models in the store."""
+    """The models in the store; one the runtime would refuse to load is marked broken, with
+    why."""
     from spinkv.models.store import list_models as stored_models
 
     infos = stored_models()
     if json_output:
-        _print_json([info.to_dict() for info in infos])
+        _print_json([{"problem": None, **info.to_dict()} for info in infos])
         return
     if not infos:
         print_note("no models yet: `spinkv models pull smollm2` imports the default one")
@@ -116,6 +118,9 @@ def remove(name: Annotated[str, typer.Argument(help="A model name in the store."
 
 
 def models_table(infos: list[Any]) -> Table:
+    """One row per model; a BrokenModel's row says "broken: WHY" in the status column."""
+    from spinkv.models.info import BrokenModel
+
     table = Table(show_edge=False)
     for column in (
         "name",
@@ -125,13 +130,18 @@ def models_table(infos: list[Any]) -> Table:
         "size",
         "context",
         "KV/token fp16",
+        "status",
     ):
         table.add_column(
             column,
-            justify="right" if column not in ("name", "architecture") else "left",
+            justify="left" if column in ("name", "architecture", "status") else "right",
             overflow="fold",
         )
     for info in infos:
+        if isinstance(info, BrokenModel):
+            problem = Text(f"broken: {info.problem}", style="red")
+            table.add_row(info.name, "", "", "", "", "", "", problem)
+            continue
         table.add_row(
             info.name,
             info.architecture,
@@ -140,6 +150,7 @@ def models_table(infos: list[Any]) -> Table:
             format_bytes(info.size_bytes),
             str(info.context_length),
             format_bytes(info.kv_bytes_per_token),
+            "ok",
         )
     return table
 

@@ -2,7 +2,8 @@
 
 The runtime inspects the directory (`_native.inspect_model`: config.json and the safetensors
 headers, never the tensor data) with the same rules it loads by, so `models info` describes
-exactly the files `run` would load.
+exactly the files `run` would load, and a model `run` would refuse (a tensor missing, or stored
+in a dtype the loader does not take) is the loader's error here too.
 """
 
 from __future__ import annotations
@@ -39,6 +40,22 @@ class ModelInfo:
         """A JSON-ready dict (path as a string)."""
         record = asdict(self)
         record["path"] = str(self.path)
+        return record
+
+
+@dataclass(frozen=True)
+class BrokenModel:
+    """A model directory in the store that the runtime would refuse to load, and why (the
+    loader's own first error, e.g. a missing tensor)."""
+
+    name: str
+    path: Path
+    problem: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with ModelInfo's keys (null: unknown) and the problem."""
+        record: dict[str, Any] = {field: None for field in ModelInfo.__dataclass_fields__}
+        record.update(name=self.name, path=str(self.path), problem=self.problem)
         return record
 
 

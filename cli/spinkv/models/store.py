@@ -25,7 +25,7 @@ from typing import Any
 from spinkv.errors import InvalidInputError, ModelNotFoundError, SpinkvError
 from spinkv.models.gguf_import import IMPORT_FORMAT, import_gguf, source_record, store_name_for
 from spinkv.models.gguf_import import SOURCE_FILE as SOURCE_MARKER
-from spinkv.models.info import ModelInfo, weight_files
+from spinkv.models.info import BrokenModel, ModelInfo, weight_files
 from spinkv.models.info import model_info as read_model_info
 from spinkv.util.progress import current
 
@@ -503,19 +503,24 @@ def model_info(path: Path) -> ModelInfo:
     return read_model_info(check_model_dir(Path(path)), name=_display_name(Path(path)))
 
 
-def list_models() -> list[ModelInfo]:
-    """Every complete model in the store, by name (incomplete directories are skipped)."""
+def list_models() -> list[ModelInfo | BrokenModel]:
+    """Every complete model in the store, by name: its ModelInfo, or a BrokenModel with the
+    runtime's reason when it would not load (a tensor missing or in a dtype the loader does not
+    take, a corrupt header, a bad config.json). Incomplete directories (config.json, tokenizer
+    or weights missing) are skipped."""
     root = models_dir()
     if not root.is_dir():
         return []
-    infos = []
+    infos: list[ModelInfo | BrokenModel] = []
     for child in sorted(root.iterdir()):
         if child.name.startswith(".") or not child.is_dir():
             continue
         try:
             infos.append(model_info(child))
-        except SpinkvError:
+        except ModelNotFoundError:
             continue
+        except SpinkvError as exc:
+            infos.append(BrokenModel(name=child.name, path=child.resolve(), problem=str(exc)))
     return infos
 
 

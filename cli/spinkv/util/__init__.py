@@ -1,2 +1,2 @@
 """Helpers every feature shares: files and locks, store names, progress, system facts,
-safetensors writing."""
+safetensors writing, native calls kept quiet on stderr."""

@@ -7,7 +7,8 @@
 //! - sessions: the identity of a session's cache ([`identity`]), session files (`persist`:
 //!   save, read, verify, restore into a session only after every check), the state digest
 //!   ([`state_digest`]) and prefix reuse ([`prefix`]);
-//! - model inspection: [`inspect_model`] (the loader's own file rule and config parser);
+//! - model inspection: [`inspect_model`] (the loader's own file rule, config parser and list
+//!   of the tensors it needs, checked against the safetensors headers alone);
 //! - the prefill block, [`PREFILL_BLOCK_TOKENS`], and the cache accounting invariants,
 //!   [`CacheStats::accounting_problems`];
 //! - the kernel benchmark on a chosen ISA ([`kernel_bench`]);

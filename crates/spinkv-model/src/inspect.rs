@@ -1,14 +1,17 @@
 //! What a model directory holds, read from config.json and the safetensors headers only (never
 //! the tensor data), so it is cheap for any model size. The files are found by the loader's own
-//! rule (`weights::weight_files`) and the config is parsed by the loader's own parser: a model
-//! is described exactly as `Model::load` would see it, and one it would refuse is an error.
+//! rule (`weights::weight_files`), the config is parsed by the loader's own parser and the
+//! headers are checked by the loader's own walk over the tensors it needs
+//! (`weights::check_tensors`: every one present, in a shape and dtype it takes): a model is
+//! described exactly as `Model::load` would see it, and one it would refuse is an error (the
+//! one `Model::load` would return first).
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use crate::config::LlamaConfig;
 use crate::error::ModelError;
-use crate::weights::weight_files;
+use crate::weights::{check_tensors, header_error, read_header, weight_files, Header};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct WeightFile {
@@ -50,11 +53,14 @@ pub fn inspect(dir: &Path) -> Result<ModelInspection, ModelError> {
     };
     let dir = fs::canonicalize(dir).map_err(io_error(dir))?;
     let config = LlamaConfig::from_file(&dir.join("config.json"))?;
-    let mut weight_files_found = Vec::new();
+    let files = weight_files(&dir)?;
+    let mut weight_files_found = Vec::with_capacity(files.len());
+    let mut headers = Vec::with_capacity(files.len());
     let mut by_dtype: Vec<(String, u64)> = Vec::new();
     let mut parameters: u64 = 0;
-    for path in weight_files(&dir)? {
-        for (dtype, count) in tensor_counts(&path)? {
+    for path in files {
+        let header = file_header(&path)?;
+        for (dtype, count) in tensor_counts(&header) {
             parameters = parameters.saturating_add(count);
             match by_dtype.iter_mut().find(|(d, _)| *d == dtype) {
                 Some((_, total)) => *total = total.saturating_add(count),
@@ -63,7 +69,10 @@ pub fn inspect(dir: &Path) -> Result<ModelInspection, ModelError> {
         }
         let bytes = fs::metadata(&path).map_err(io_error(&path))?.len();
         weight_files_found.push(WeightFile { path, bytes });
+        headers.push(header);
     }
+    let paths: Vec<PathBuf> = weight_files_found.iter().map(|f| f.path.clone()).collect();
+    check_tensors(&dir, &config, &paths, &headers)?;
     // Ties go to the dtype seen first (files in load order, tensors by name).
     let dtype = by_dtype
         .iter()
@@ -93,18 +102,20 @@ fn dtype_name(tag: &str) -> String {
     }
 }
 
-/// (dtype tag, element count) of every tensor in the header of the safetensors file at `path`,
-/// by tensor name. The header is read and checked as the loader reads it
-/// ([`crate::weights::read_header`]): a file the loader would refuse for its header or length
-/// is an error here too.
-fn tensor_counts(path: &Path) -> Result<Vec<(String, u64)>, ModelError> {
+/// The header of the safetensors file at `path`, read and checked as the loader reads it
+/// ([`read_header`]): a file the loader would refuse for its header or length is an error here
+/// too.
+fn file_header(path: &Path) -> Result<Header, ModelError> {
     let file = File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let metadata = crate::weights::read_header(&file)
-        .map_err(|error| crate::weights::header_error(path, error))?;
-    let tensors = metadata.tensors();
+    read_header(&file).map_err(|error| header_error(path, error))
+}
+
+/// (dtype tag, element count) of every tensor in a safetensors header, by tensor name.
+fn tensor_counts(header: &Header) -> Vec<(String, u64)> {
+    let tensors = header.metadata.tensors();
     let dtype_of = |name: &str| tensors.get(name).map(|t| format!("{:?}", t.dtype));
     // A Q8_0 matrix's scales are part of its storage, not parameters of their own.
     let is_q8_scale = |name: &str| {
@@ -123,10 +134,10 @@ fn tensor_counts(path: &Path) -> Result<Vec<(String, u64)>, ModelError> {
         })
         .collect();
     counts.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(counts
+    counts
         .into_iter()
         .map(|(_, dtype, count)| (dtype, count))
-        .collect())
+        .collect()
 }
 
 /// Bytes of the regular files under `dir`; symlinked directories are not followed (no loops),

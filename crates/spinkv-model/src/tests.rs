@@ -787,6 +787,127 @@ fn inspection_refuses_what_the_loader_refuses() {
     ));
 }
 
+/// The tiny model's tensors as safetensors bytes, `odd` (if any) stored as zeros of `dtype`.
+fn serialize_with_dtype(
+    tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    odd: &str,
+    dtype: Dtype,
+) -> Vec<u8> {
+    let stored: Vec<(String, Vec<usize>, Dtype, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, (shape, values))| {
+            let (dtype, bytes) = if name == odd {
+                (dtype, vec![0u8; values.len() * dtype.bitsize() / 8])
+            } else {
+                encode(values, Store::F16)
+            };
+            (name.clone(), shape.clone(), dtype, bytes)
+        })
+        .collect();
+    let views = stored.iter().map(|(name, shape, dtype, bytes)| {
+        (
+            name.clone(),
+            TensorView::new(*dtype, shape.clone(), bytes).unwrap(),
+        )
+    });
+    safetensors::serialize(views, None).unwrap()
+}
+
+/// `inspect` and `Model::load` agree on every model: both succeed, or both fail with the same
+/// error (the first problem the loader meets).
+fn assert_inspection_agrees_with_the_loader(dir: &Path) -> Option<String> {
+    let seen = inspect(dir).map(drop).map_err(|e| e.to_string());
+    let loaded = Model::load(dir).map(drop).map_err(|e| e.to_string());
+    assert_eq!(seen, loaded, "{}", dir.display());
+    seen.err()
+}
+
+#[test]
+fn inspection_names_a_missing_tensor() {
+    let dir = TempDir::new();
+    let mut tensors = tiny_tensors(false);
+    tensors.remove("model.layers.1.mlp.up_proj.weight");
+    write_model(&dir.0, &tensors, Store::F16, false);
+    let err = inspect(&dir.0).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::MissingTensor { name } if name == "model.layers.1.mlp.up_proj.weight"),
+        "{err}"
+    );
+    assert_eq!(
+        assert_inspection_agrees_with_the_loader(&dir.0).as_deref(),
+        Some(err.to_string().as_str())
+    );
+}
+
+#[test]
+fn inspection_refuses_every_dtype_the_loader_refuses() {
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    for dtype in [Dtype::F64, Dtype::U8, Dtype::I32, Dtype::BOOL] {
+        let bytes = serialize_with_dtype(
+            &tiny_tensors(false),
+            "model.layers.1.mlp.up_proj.weight",
+            dtype,
+        );
+        std::fs::write(dir.0.join("model.safetensors"), bytes).unwrap();
+        let err = inspect(&dir.0).unwrap_err();
+        assert!(
+            matches!(&err, ModelError::UnsupportedDtype { name, .. } if name == "model.layers.1.mlp.up_proj.weight"),
+            "{dtype:?}: {err}"
+        );
+        assert!(err.to_string().contains(&format!("{dtype:?}")), "{err}");
+        assert_inspection_agrees_with_the_loader(&dir.0);
+    }
+    // A norm stored as I8 (Q8_0 is for matrices only).
+    let bytes = serialize_with_dtype(&tiny_tensors(false), "model.norm.weight", Dtype::I8);
+    std::fs::write(dir.0.join("model.safetensors"), bytes).unwrap();
+    assert!(matches!(
+        inspect(&dir.0),
+        Err(ModelError::UnsupportedDtype { .. })
+    ));
+    assert_inspection_agrees_with_the_loader(&dir.0);
+}
+
+/// Property: removing any one tensor, or storing it in any dtype, gives the same verdict from
+/// `inspect` (headers only) as from `Model::load`, untied and tied.
+#[test]
+fn inspection_and_the_loader_agree_on_every_damaged_tensor() {
+    let dir = TempDir::new();
+    for untied in [false, true] {
+        let tensors = tiny_tensors(untied);
+        std::fs::write(dir.0.join("config.json"), config_json(untied)).unwrap();
+        let mut refused = 0;
+        for name in tensors.keys() {
+            let mut fewer = tensors.clone();
+            fewer.remove(name);
+            std::fs::write(
+                dir.0.join("model.safetensors"),
+                serialize(&fewer, Store::F16),
+            )
+            .unwrap();
+            refused += usize::from(assert_inspection_agrees_with_the_loader(&dir.0).is_some());
+            for dtype in [Dtype::F64, Dtype::U8, Dtype::I8, Dtype::F32, Dtype::BF16] {
+                let bytes = serialize_with_dtype(&tensors, name, dtype);
+                std::fs::write(dir.0.join("model.safetensors"), bytes).unwrap();
+                assert_inspection_agrees_with_the_loader(&dir.0);
+            }
+        }
+        assert_eq!(
+            refused,
+            tensors.len(),
+            "every tensor of the tiny model is needed"
+        );
+    }
+    // A tied model with an lm_head.weight anyway: the extra tensor is not needed, both load.
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    std::fs::write(
+        dir.0.join("model.safetensors"),
+        serialize(&tiny_tensors(true), Store::F16),
+    )
+    .unwrap();
+    assert_eq!(assert_inspection_agrees_with_the_loader(&dir.0), None);
+}
+
 #[test]
 fn weights_from_bytes_match_the_mapped_files() {
     let tensors = tiny_tensors(true);
@@ -907,6 +1028,7 @@ fn q8_0_weights_compute_as_their_dequantized_f32() {
 
     let q8 = Model::load(&q8_dir.0).unwrap();
     assert_eq!(q8.dtype(), WeightDtype::Q8_0);
+    assert_eq!(inspect(&q8_dir.0).unwrap().dtype, "q8_0");
     let reference = Model::load(&f32_dir.0).unwrap();
     let tokens = prompt(40);
     let mut a = Session::new(q8, KvConfig::fp16()).unwrap();
@@ -958,5 +1080,9 @@ fn q8_0_without_its_scales_is_named() {
     assert!(
         err.to_string().contains("model.embed_tokens.weight_scale"),
         "{err}"
+    );
+    assert_eq!(
+        assert_inspection_agrees_with_the_loader(&dir.0),
+        Some(err.to_string())
     );
 }

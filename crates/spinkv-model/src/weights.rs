@@ -179,6 +179,13 @@ fn read_to_huge_pages(file: &std::fs::File) -> std::io::Result<Mmap> {
     memory.make_read_only()
 }
 
+/// A safetensors file's header: where its data starts (8 + the header's length) and the
+/// tensors it describes.
+pub(crate) struct Header {
+    pub data_start: usize,
+    pub metadata: safetensors::tensor::Metadata,
+}
+
 /// Why [`read_header`] refused a safetensors file.
 pub(crate) enum HeaderError {
     Io(std::io::Error),
@@ -194,9 +201,7 @@ const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// that describes a few KB at the head of a file of gigabytes (a sparse one costs nothing on
 /// disk) would otherwise be read whole before the parser noticed. `spinkv models info` reads
 /// the same header the same way, so what it shows is what would load.
-pub(crate) fn read_header(
-    mut file: &std::fs::File,
-) -> Result<safetensors::tensor::Metadata, HeaderError> {
+pub(crate) fn read_header(mut file: &std::fs::File) -> Result<Header, HeaderError> {
     use std::io::{Read, Seek, SeekFrom};
     let len = file.metadata().map_err(HeaderError::Io)?.len();
     file.seek(SeekFrom::Start(0)).map_err(HeaderError::Io)?;
@@ -223,7 +228,10 @@ pub(crate) fn read_header(
             "the file is {len} bytes but its header describes {described}"
         )));
     }
-    Ok(metadata)
+    Ok(Header {
+        data_start: 8 + header_len as usize,
+        metadata,
+    })
 }
 
 /// A [`HeaderError`] of the file at `path` as the loader reports it.
@@ -348,57 +356,146 @@ impl Weights {
         let mut file_bytes = 0;
         for (shard, (path, map)) in files.iter().zip(&shards).enumerate() {
             file_bytes += map.len() as u64;
-            let corrupt = |reason: String| ModelError::Safetensors {
-                path: path.clone(),
-                reason,
-            };
             let (header_len, metadata) =
-                SafeTensors::read_metadata(map).map_err(|e| corrupt(format!("{e:?}")))?;
-            let data_start = 8 + header_len;
-            for (name, info) in metadata.tensors() {
-                let (begin, end) = info.data_offsets;
-                let start = data_start
-                    .checked_add(begin)
-                    .ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
-                let stop = data_start
-                    .checked_add(end)
-                    .ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
-                if stop > map.len() || start > stop {
-                    return Err(corrupt(format!("tensor {name} lies outside the file")));
-                }
-                index.insert(
-                    name,
-                    TensorLocation {
-                        shard,
-                        start,
-                        end: stop,
-                        dtype: info.dtype,
-                        shape: info.shape.clone(),
-                    },
-                );
-            }
+                SafeTensors::read_metadata(map).map_err(|e| ModelError::Safetensors {
+                    path: path.clone(),
+                    reason: format!("{e:?}"),
+                })?;
+            let header = Header {
+                data_start: 8 + header_len,
+                metadata,
+            };
+            index_tensors(&mut index, shard, path, &header, map.len())?;
         }
-
         let loader = Loader {
-            shards: &shards,
+            shards: Some(&shards),
             files: &files,
             index: &index,
         };
+        let tensors = loader.tensors(dir, config)?;
+        let dtype = tensors.embed_tokens.dtype;
+        Ok(Weights {
+            shards,
+            embed_tokens: tensors.embed_tokens,
+            layers: tensors.layers,
+            final_norm: tensors.final_norm,
+            lm_head: tensors.lm_head,
+            file_bytes,
+            dtype,
+        })
+    }
+}
+
+/// Checks, from the safetensors headers alone, that the weights hold every tensor `config`
+/// needs in a shape and dtype the loader takes (Q8_0 matrices with their scales): the loader's
+/// own walk over the tensors ([`Loader::tensors`]) with no tensor data read. `files` and
+/// `headers` are the model's weight files in load order ([`weight_files`]) and their headers
+/// ([`read_header`]). Ok means the weights would load; the error is the one `Model::load`
+/// would return first.
+pub(crate) fn check_tensors(
+    dir: &Path,
+    config: &LlamaConfig,
+    files: &[PathBuf],
+    headers: &[Header],
+) -> Result<(), ModelError> {
+    let mut index: HashMap<String, TensorLocation> = HashMap::new();
+    for (shard, (path, header)) in files.iter().zip(headers).enumerate() {
+        // read_header has checked that the file is exactly this long.
+        let file_len = header.data_start + header.metadata.data_len();
+        index_tensors(&mut index, shard, path, header, file_len)?;
+    }
+    let loader = Loader {
+        shards: None,
+        files,
+        index: &index,
+    };
+    loader.tensors(dir, config).map(drop)
+}
+
+/// Adds the tensors of one file's header to `index`, their byte ranges checked against the
+/// file's length.
+fn index_tensors(
+    index: &mut HashMap<String, TensorLocation>,
+    shard: usize,
+    path: &Path,
+    header: &Header,
+    file_len: usize,
+) -> Result<(), ModelError> {
+    let corrupt = |reason: String| ModelError::Safetensors {
+        path: path.to_path_buf(),
+        reason,
+    };
+    for (name, info) in header.metadata.tensors() {
+        let (begin, end) = info.data_offsets;
+        let start = header
+            .data_start
+            .checked_add(begin)
+            .ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
+        let stop = header
+            .data_start
+            .checked_add(end)
+            .ok_or_else(|| corrupt(format!("offset overflow in {name}")))?;
+        if stop > file_len || start > stop {
+            return Err(corrupt(format!("tensor {name} lies outside the file")));
+        }
+        index.insert(
+            name,
+            TensorLocation {
+                shard,
+                start,
+                end: stop,
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+            },
+        );
+    }
+    Ok(())
+}
+
+/// Every tensor the forward reads, as [`Loader::tensors`] finds them.
+struct Tensors {
+    embed_tokens: Matrix,
+    layers: Vec<LayerWeights>,
+    final_norm: Vec<f32>,
+    lm_head: Option<Matrix>,
+}
+
+struct TensorLocation {
+    shard: usize,
+    start: usize,
+    end: usize,
+    dtype: Dtype,
+    shape: Vec<usize>,
+}
+
+struct Loader<'a> {
+    /// The files' bytes; `None` for a check from the headers alone ([`check_tensors`]): every
+    /// tensor is located and checked, none is read (norm gains come back empty).
+    shards: Option<&'a [Shard]>,
+    files: &'a [PathBuf],
+    index: &'a HashMap<String, TensorLocation>,
+}
+
+impl Loader<'_> {
+    /// The one list of the tensors a model needs: which ones `config` asks for, in which
+    /// shapes. The loader builds its weights with it, and `check_tensors` checks a model's
+    /// headers with it.
+    fn tensors(&self, dir: &Path, config: &LlamaConfig) -> Result<Tensors, ModelError> {
         let (h, m, v) = (
             config.hidden_size,
             config.intermediate_size,
             config.vocab_size,
         );
         let (q, kv) = (config.q_width(), config.kv_width());
-        let embed_tokens = loader.matrix("model.embed_tokens.weight", v, h)?;
+        let embed_tokens = self.matrix("model.embed_tokens.weight", v, h)?;
         // Before the per-layer Vec: its capacity comes from config.json, which may claim
         // billions of layers; the weights present are the truth.
-        check_layer_count(dir, &index, config.num_hidden_layers)?;
+        check_layer_count(dir, self.index, config.num_hidden_layers)?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         // Gemma stores norm gains as w and applies 1 + w.
         let norm_offset = if config.gemma_norms { 1.0 } else { 0.0 };
         let norm = |name: &str, len: usize| -> Result<Vec<f32>, ModelError> {
-            let mut gains = loader.vector(name, len)?;
+            let mut gains = self.vector(name, len)?;
             gains.iter_mut().for_each(|g| *g += norm_offset);
             Ok(gains)
         };
@@ -414,7 +511,7 @@ impl Weights {
             let p = format!("model.layers.{i}");
             let optional = |present: bool, name: &str, len: usize| {
                 present
-                    .then(|| loader.vector(&format!("{p}.{name}"), len))
+                    .then(|| self.vector(&format!("{p}.{name}"), len))
                     .transpose()
             };
             let optional_norm = |present: bool, name: &str, len: usize| {
@@ -442,14 +539,14 @@ impl Weights {
             };
             layers.push(LayerWeights {
                 attn_norm: norm(&format!("{p}.input_layernorm.weight"), h)?,
-                q_proj: loader.matrix(&format!("{p}.self_attn.q_proj.weight"), q, h)?,
-                k_proj: loader.matrix(&format!("{p}.self_attn.k_proj.weight"), kv, h)?,
-                v_proj: loader.matrix(&format!("{p}.self_attn.v_proj.weight"), kv, h)?,
-                o_proj: loader.matrix(&format!("{p}.self_attn.o_proj.weight"), h, q)?,
+                q_proj: self.matrix(&format!("{p}.self_attn.q_proj.weight"), q, h)?,
+                k_proj: self.matrix(&format!("{p}.self_attn.k_proj.weight"), kv, h)?,
+                v_proj: self.matrix(&format!("{p}.self_attn.v_proj.weight"), kv, h)?,
+                o_proj: self.matrix(&format!("{p}.self_attn.o_proj.weight"), h, q)?,
                 mlp_norm: norm(&format!("{p}.{mlp_norm_name}.weight"), h)?,
-                gate_proj: loader.matrix(&format!("{p}.mlp.gate_proj.weight"), m, h)?,
-                up_proj: loader.matrix(&format!("{p}.mlp.up_proj.weight"), m, h)?,
-                down_proj: loader.matrix(&format!("{p}.mlp.down_proj.weight"), h, m)?,
+                gate_proj: self.matrix(&format!("{p}.mlp.gate_proj.weight"), m, h)?,
+                up_proj: self.matrix(&format!("{p}.mlp.up_proj.weight"), m, h)?,
+                down_proj: self.matrix(&format!("{p}.mlp.down_proj.weight"), h, m)?,
                 extras,
             });
         }
@@ -457,36 +554,16 @@ impl Weights {
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
-            Some(loader.matrix("lm_head.weight", v, h)?)
+            Some(self.matrix("lm_head.weight", v, h)?)
         };
-        let dtype = embed_tokens.dtype;
-        Ok(Weights {
-            shards,
+        Ok(Tensors {
             embed_tokens,
             layers,
             final_norm,
             lm_head,
-            file_bytes,
-            dtype,
         })
     }
-}
 
-struct TensorLocation {
-    shard: usize,
-    start: usize,
-    end: usize,
-    dtype: Dtype,
-    shape: Vec<usize>,
-}
-
-struct Loader<'a> {
-    shards: &'a [Shard],
-    files: &'a [PathBuf],
-    index: &'a HashMap<String, TensorLocation>,
-}
-
-impl Loader<'_> {
     fn locate(
         &self,
         name: &str,
@@ -572,14 +649,18 @@ impl Loader<'_> {
     }
 
     fn storage(&self, loc: &TensorLocation, dtype: WeightDtype) -> Storage {
-        let bytes = &self.shards[loc.shard][loc.start..loc.end];
+        let mapped = Storage::Mapped {
+            shard: loc.shard,
+            start: loc.start,
+            end: loc.end,
+        };
+        let Some(shards) = self.shards else {
+            return mapped; // a check: never viewed
+        };
+        let bytes = &shards[loc.shard][loc.start..loc.end];
         let aligned = (bytes.as_ptr() as usize).is_multiple_of(dtype.size_bytes());
         if aligned {
-            return Storage::Mapped {
-                shard: loc.shard,
-                start: loc.start,
-                end: loc.end,
-            };
+            return mapped;
         }
         Storage::Owned(match dtype {
             WeightDtype::F16 => OwnedData::F16(bytemuck::pod_collect_to_vec(bytes)),
@@ -592,7 +673,10 @@ impl Loader<'_> {
     /// A 1-D weight (norm gains), widened to f32.
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
         let (loc, dtype) = self.locate(name, &[len])?;
-        let bytes = &self.shards[loc.shard][loc.start..loc.end];
+        let bytes = match self.shards {
+            Some(shards) => &shards[loc.shard][loc.start..loc.end],
+            None => &[], // a check: nothing read
+        };
         Ok(match dtype {
             WeightDtype::F16 => bytemuck::pod_collect_to_vec::<u8, f16>(bytes)
                 .iter()

@@ -13,7 +13,8 @@ use crate::model::put_dimensions;
 /// Keys: those of `models info` (name, path, architecture, parameters, dtype, size_bytes,
 /// context_length, n_layers, hidden_size, n_heads, n_kv_heads, head_dim, vocab_size,
 /// kv_bytes_per_token) plus weight_files (the paths the runtime maps), weight_bytes and
-/// intermediate_size.
+/// intermediate_size. A model the loader would refuse (a tensor missing or in a dtype it does
+/// not read, found from the headers alone) raises the loader's own error.
 #[pyfunction]
 fn inspect_model(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyDict>> {
     let seen = py.detach(|| guarded(|| inspect(&path).map_err(model_error)))?;
