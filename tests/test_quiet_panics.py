@@ -39,7 +39,9 @@ def panicky_model(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's setting: fd 2 held aside during native calls."""
     monkeypatch.delenv("SPINKV_DEBUG", raising=False)
+    monkeypatch.setattr(quiet_panics, "_holding", True)
 
 
 def fd2_identity() -> tuple[int, int]:
@@ -213,3 +215,14 @@ def test_tokenizer_results_are_unchanged(tiny_model_dir: Path, quiet: None) -> N
     ids = tokenizer.encode(text)
     assert ids == tokenizer.hf.encode(text, add_special_tokens=False).ids
     assert tokenizer.decode(ids) == tokenizer.hf.decode(ids, skip_special_tokens=True)
+
+
+def test_a_library_user_keeps_the_report(
+    panicky_model: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside the spinkv command, fd 2 is never touched: the caller's stderr is theirs."""
+    monkeypatch.delenv("SPINKV_DEBUG", raising=False)
+    tokenizer = load_tokenizer(panicky_model)
+    with pytest.raises(ModelFormatError):
+        tokenizer.encode(GIVES_UP)
+    assert "panicked" in capfd.readouterr().err

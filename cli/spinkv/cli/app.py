@@ -22,6 +22,7 @@ from spinkv.eval import command as eval_cmd
 from spinkv.kv import command as cache
 from spinkv.models import command as models
 from spinkv.sessions import command as sessions
+from spinkv.util import quiet_panics
 from spinkv.util.progress import reporting
 from spinkv.web import command as web
 
@@ -147,6 +148,7 @@ def main() -> None:
     # `kill` (SIGTERM) unwinds like an exception, so imports and saves remove their temp files.
     signal.signal(signal.SIGTERM, _terminate)
     _tolerate_bad_utf8()
+    quiet_panics.hold_stderr()
     code = run_cli()
     try:
         sys.stdout.flush()

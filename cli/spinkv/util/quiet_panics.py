@@ -9,6 +9,9 @@ when fn panicked. One call holds fd 2 at a time (a lock; a nested call on the sa
 inside the outer one's hold). With SPINKV_DEBUG set nothing is held aside: the report belongs
 in a bug report.
 
+Only the `spinkv` command holds fd 2 (`hold_stderr()` at its start): it owns its stderr. A
+program that imports spinkv as a library keeps its stderr untouched, the report included.
+
 The hold is restored even when an interrupt (Ctrl-C) lands in the middle: fd 2 is put back in
 a `finally` that repeats the restore if the interrupt arrives before it; a capture that could
 not be forwarded then is forwarded by the next call, or at exit.
@@ -48,11 +51,19 @@ class _Hold:
 
 
 _hold = _Hold()
+_holding = False
+"""Whether quiet_call holds fd 2 aside at all (`hold_stderr`)."""
+
+
+def hold_stderr(on: bool = True) -> None:
+    """Let quiet_call hold fd 2 aside in this process (the CLI's entry point turns it on)."""
+    global _holding
+    _holding = on
 
 
 def quiet_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """fn(*args, **kwargs) with fd 2 held aside (see the module doc)."""
-    if debug_enabled():
+    if not _holding or debug_enabled():
         return fn(*args, **kwargs)
     with _hold.lock:
         if _hold.depth:
