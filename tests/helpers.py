@@ -3,7 +3,9 @@ imports the same spinkv as the tests, and checking the one-line error contract."
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -83,3 +85,23 @@ def run_on_threads(work: Callable[[int], None], n: int, timeout: float = 300) ->
     assert not any(thread.is_alive() for thread in threads), "a thread did not finish"
     if errors:
         raise errors[0]
+
+
+PANICKY_TEXT = "a" * 40 + "b"
+"""Text on which `panicky_copy`'s pre-tokenizer regex gives up (a panic inside tokenizers)."""
+
+
+def panicky_copy(model_dir: Path, dest: Path) -> Path:
+    """A copy of a model at dest whose pre-tokenizer regex backtracks past onig's limit on
+    PANICKY_TEXT, so `tokenizers` panics there."""
+    model = Path(shutil.copytree(model_dir, dest))
+    spec = json.loads((model / "tokenizer.json").read_text())
+    split = {
+        "type": "Split",
+        "pattern": {"Regex": "(a|a|a|a)+$"},
+        "behavior": "Isolated",
+        "invert": False,
+    }
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, spec["pre_tokenizer"]]}
+    (model / "tokenizer.json").write_text(json.dumps(spec))
+    return model

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import PANICKY_TEXT, panicky_copy
 from reference import Llama, load_weights
 from safetensors.numpy import load_file
 from spinkv.errors import ModelFormatError, ModelNotFoundError, UnsupportedError
@@ -418,24 +419,9 @@ def test_special_token_ids_outside_the_vocab_are_refused(
 
 def test_a_tokenizer_panic_is_a_model_format_error(tiny_model_dir: Path, tmp_path: Path) -> None:
     """A pre-tokenizer regex that gives up panics inside `tokenizers` (a BaseException)."""
-    import shutil
-
-    model = Path(shutil.copytree(tiny_model_dir, tmp_path / "m"))
-    spec = json.loads((model / "tokenizer.json").read_text())
-    split = {
-        "type": "Split",
-        "pattern": {"Regex": "(a|a|a|a)+$"},
-        "behavior": "Isolated",
-        "invert": False,
-    }
-    spec["pre_tokenizer"] = {
-        "type": "Sequence",
-        "pretokenizers": [split, spec["pre_tokenizer"]],
-    }
-    (model / "tokenizer.json").write_text(json.dumps(spec))
-    tokenizer = load_tokenizer(model)
+    tokenizer = load_tokenizer(panicky_copy(tiny_model_dir, tmp_path / "m"))
     with pytest.raises(ModelFormatError, match="tokenizer failed while encoding"):
-        tokenizer.encode("a" * 40 + "b")
+        tokenizer.encode(PANICKY_TEXT)
 
 
 def test_a_template_file_that_is_not_utf8(tmp_path: Path) -> None:

@@ -4,37 +4,30 @@ the call still arrives, and fd 2 is always put back."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, run_on_threads, spinkv_cli
+from helpers import (
+    PANICKY_TEXT,
+    assert_one_line_error,
+    panicky_copy,
+    run_on_threads,
+    spinkv_cli,
+)
 from spinkv.errors import ModelFormatError
 from spinkv.tokenizer import Tokenizer, load_tokenizer
 from spinkv.util import quiet_panics
 from spinkv.util.quiet_panics import quiet_call, without_panic_report
 
-GIVES_UP = "a" * 40 + "b"
-"""Text on which the panicky tokenizer's pre-tokenizer regex gives up (a panic)."""
+GIVES_UP = PANICKY_TEXT
 
 
 @pytest.fixture(scope="module")
 def panicky_model(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with a pre-tokenizer regex that backtracks past onig's limit."""
-    model = Path(shutil.copytree(tiny_model_dir, tmp_path_factory.mktemp("panicky") / "m"))
-    spec = json.loads((model / "tokenizer.json").read_text())
-    split = {
-        "type": "Split",
-        "pattern": {"Regex": "(a|a|a|a)+$"},
-        "behavior": "Isolated",
-        "invert": False,
-    }
-    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, spec["pre_tokenizer"]]}
-    (model / "tokenizer.json").write_text(json.dumps(spec))
-    return model
+    return panicky_copy(tiny_model_dir, tmp_path_factory.mktemp("panicky") / "m")
 
 
 @pytest.fixture
