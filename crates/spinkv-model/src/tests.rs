@@ -172,6 +172,11 @@ fn serialize(tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>, store: Store) -
             (name.clone(), shape.clone(), dtype, bytes)
         })
         .collect();
+    serialize_encoded(&encoded)
+}
+
+/// A safetensors file of tensors already encoded: (name, shape, dtype, bytes).
+fn serialize_encoded(encoded: &[(String, Vec<usize>, Dtype, Vec<u8>)]) -> Vec<u8> {
     let views = encoded.iter().map(|(name, shape, dtype, bytes)| {
         (
             name.clone(),
@@ -804,13 +809,7 @@ fn serialize_with_dtype(
             (name.clone(), shape.clone(), dtype, bytes)
         })
         .collect();
-    let views = stored.iter().map(|(name, shape, dtype, bytes)| {
-        (
-            name.clone(),
-            TensorView::new(*dtype, shape.clone(), bytes).unwrap(),
-        )
-    });
-    safetensors::serialize(views, None).unwrap()
+    serialize_encoded(&stored)
 }
 
 /// `inspect` and `Model::load` agree on every model: both succeed, or both fail with the same
