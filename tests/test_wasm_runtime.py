@@ -226,3 +226,88 @@ def test_bench_isa_simd128_runs_the_model_in_wasm_beside_native(
     assert wasm["peak_rss_bytes"] > 269_000_000  # the wasm memory holds the f16 weights
     assert any(n.startswith("decode simd128 (wasm, 1 thread) / ") for n in record["notes"])
     assert "simd128" in record["system"]["isas"]
+
+
+def _conversation(turns: int) -> list[dict[str, str]]:
+    """User/assistant turns of about 60 tokens each (the replies are not the model's)."""
+    messages = []
+    for i in range(turns):
+        messages.append(
+            {"role": "user", "content": f"Question {i}: " + "tell me about the sea " * 4}
+        )
+        messages.append({"role": "assistant", "content": f"Answer {i}: " + "the sea is wide " * 5})
+    return messages
+
+
+def test_a_sliding_chat_outlives_its_context(
+    wasm_bundle: Path, loaded: Any, tmp_path: Path
+) -> None:
+    """As the terminal's chat, with a 256-token context: a conversation that outgrows it keeps
+    being answered (the cache slides: tokens retire, no reply ends at "context"); a longer
+    conversation fed to a fresh session renders from its newest whole turns, and the next turn
+    goes on from the same message, reusing the cache; only a message that does not fit with
+    the system prompt is refused, and a session that does not slide refuses as before. A saved
+    chat transcript records the start, and a restored cache goes on from it."""
+    kv = {"preset": "fp16", "max_context": 256, "page_tokens": 32}
+    history = _conversation(8)
+    turn = {"op": "chat", "max_tokens": 16}
+    follow_up = history[:15] + [
+        {"role": "assistant", "content": "Yes."},  # not the model's reply: the cache is cut
+        {"role": "user", "content": "And the mountains?"},
+    ]
+    calls: list[dict[str, Any]] = [{"op": "load"}, {"op": "session", "kv": kv}]
+    calls += [{**turn, "messages": history[: 2 * n + 1]} for n in range(8)]
+    calls.append({"op": "stats"})
+    long_start = len(calls)
+    calls += [
+        {"op": "session", "kv": kv},
+        {**turn, "messages": history[:15]},
+        {**turn, "messages": follow_up},
+        {"op": "stats"},
+        {**turn, "messages": [{"role": "user", "content": "sea " * 400}], "expect_error": True},
+        {"op": "session", "kv": kv, "slide": False},
+        {**turn, "messages": history[:15], "expect_error": True},
+    ]
+    saved_start = len(calls)
+    chat_file = tmp_path / "long.spkv"
+    calls += [
+        {"op": "session", "kv": kv},
+        {**turn, "messages": history[:15]},
+        {
+            "op": "save_file",
+            "path": str(chat_file),
+            "transcript": json.dumps({"format": "spinkv-transcript", "messages": []}),
+        },
+        {"op": "session", "kv": kv},
+        {"op": "restore_file", "path": str(chat_file)},
+        {**turn, "messages": follow_up},
+    ]
+    records = _run(wasm_bundle, loaded.path, calls)
+    assert _ok(records[1])["sliding"] is True
+    replies = [_ok(r) for r in records[2:10]]
+    assert all(r["reason"] in ("stop", "length") and r["completion_tokens"] > 0 for r in replies)
+    assert all(r["context_start"] == 0 for r in replies), [r["context_start"] for r in replies]
+    assert replies[-1]["prompt_tokens"] > 256  # the rendering is longer than the context
+    session = _ok(records[10])["session"]
+    assert session["retired_tokens"] > 0 and session["cache_len"] <= 256, session
+    assert session["tokens"] == session["retired_tokens"] + session["cache_len"]
+
+    fed, later, stats = (_ok(records[long_start + i]) for i in (1, 2, 3))
+    # Room for the reply: max_tokens 16 of 256. The newest whole turns: a user message.
+    assert fed["context_start"] > 0 and fed["context_start"] % 2 == 0, fed["context_start"]
+    assert fed["prompt_tokens"] <= 256 - 16 and fed["cached_tokens"] == 0
+    assert later["context_start"] == fed["context_start"]
+    assert later["cached_tokens"] > 0
+    assert stats["session"]["context_start"] == fed["context_start"]
+    too_long = records[long_start + 4]
+    assert too_long["kind"] == "ContextOverflowError", too_long
+    assert "tokens but the context holds 256 tokens" in too_long["error"], too_long
+    assert _ok(records[long_start + 5])["sliding"] is False
+    refused = records[long_start + 6]
+    assert refused["kind"] == "ContextOverflowError", refused
+
+    # The transcript records the start; a restored cache goes on from it.
+    saved = [_ok(records[saved_start + i]) for i in (1, 4, 5)]
+    restored_start = json.loads(saved[1]["transcript"])["context_start"]
+    assert restored_start == saved[0]["context_start"] == fed["context_start"]
+    assert saved[2]["context_start"] == restored_start and saved[2]["cached_tokens"] > 0

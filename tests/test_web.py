@@ -179,6 +179,10 @@ def test_chat_page_in_chromium_matches_native(
     # ...so the follow-up only prefilled the new turn and continued token for token.
     assert result["second"]["cached_tokens"] > 0
     assert result["second"]["token_ids"] == second.token_ids, (result["second"], second.text)
+    # The page's chat slides as the terminal's does; this short one never had to.
+    session = result["stats"]["session"]
+    assert session["sliding"] is True and session["retired_tokens"] == 0, session
+    assert session["context_start"] == 0, session
     memory = result["stats"]["memory"]
     assert memory["peak_pages"] >= memory["pages"] > 0
     for shot in result["screenshots"]:

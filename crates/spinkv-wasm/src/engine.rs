@@ -10,6 +10,14 @@
 //! natively (stop on an end-of-turn token before feeding it; a reply that reaches max_tokens
 //! ends without feeding its last token). `stop` ends a turn early (the cache returns to where
 //! the turn started, as native interrupts do).
+//!
+//! A chat session slides as the terminal's does (when its context holds the head plus a page):
+//! a full cache retires its oldest pages after the head, so replies do not stop at the
+//! context. A `messages` turn renders the system prompt and the messages from the chat's
+//! `context_start` on; when the cache must be built from nothing and that is longer than the
+//! context minus room for the reply, it feeds only the newest whole turns that fit
+//! ([`crate::window`]) and later turns go on from there. Only a message that does not fit the
+//! context with the system prompt is refused.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,7 +28,7 @@ use spinkv_core::in_memory::{hashed_model_file, model_hash_of_files};
 use spinkv_core::persist::{
     mismatched_fields, read_session_bytes, restore_session_bytes, session_file_bytes,
 };
-use spinkv_core::prefix::reuse_prefix;
+use spinkv_core::prefix::{common_prefix_len, reuse_prefix};
 use spinkv_core::{
     hex, state_digest, CacheStats, Digest, IdentityHashes, KvConfig, KvOptions, LayerStats, Model,
     OptionKind, OptionValue, Sampler, SamplerParams, Session, WeightBytes, PREFILL_BLOCK_TOKENS,
@@ -29,6 +37,7 @@ use tokenizers::Tokenizer;
 
 use crate::host::now_ms;
 use crate::template::Template;
+use crate::window::{fitting_start, prompt_budget};
 
 /// A failed call: the message, and for an identity mismatch the differing fields.
 #[derive(Debug)]
@@ -206,6 +215,8 @@ struct Turn {
     first_token_ms: Option<f64>,
     prompt_tokens: usize,
     cached_tokens: usize,
+    /// Where a `messages` turn's rendering started (the chat's next `context_start`).
+    context_start: Option<usize>,
 }
 
 struct Chat {
@@ -213,6 +224,88 @@ struct Chat {
     kv: Value,
     turn: Option<Turn>,
     last_turn: Value,
+    /// Index, among the messages after the system prompt, of the first one turns render (0
+    /// unless a sliding chat rebuilt its cache from a long conversation).
+    context_start: usize,
+    /// Set by a restore for the next turn: kept unless that prompt outgrows the whole context.
+    start_chosen: bool,
+}
+
+/// Whether the cache keeps nothing of use for `prompt`: it is empty, or the prompt leaves it
+/// before its retired tokens (the cut then keeps only the head).
+fn rebuilds(session: &Session, prompt: &[u32]) -> bool {
+    let retired = session.retired();
+    session.is_empty() || (retired > 0 && common_prefix_len(session.tokens(), prompt) < retired)
+}
+
+/// A `messages` turn's start (see the module) and prompt tokens.
+fn messages_prompt(
+    l: &Loaded,
+    chat: &Chat,
+    messages: &Value,
+    max_tokens: usize,
+) -> Result<(usize, Vec<u32>), CallError> {
+    let list = messages
+        .as_array()
+        .ok_or_else(|| invalid("messages must be a list"))?;
+    fn role(m: &Value) -> &str {
+        m.get("role").and_then(Value::as_str).unwrap_or("")
+    }
+    let head = list.iter().take_while(|m| role(m) == "system").count();
+    let (system, rest) = list.split_at(head.min(list.len()));
+    let render_from = |start: usize| -> Result<Vec<u32>, CallError> {
+        let mut fed = system.to_vec();
+        fed.extend_from_slice(rest.get(start..).unwrap_or(&[]));
+        let text = l
+            .template
+            .render(&Value::Array(fed), true)
+            .map_err(invalid)?;
+        Engine::encode(l, &text)
+    };
+    let last = rest.len().saturating_sub(1);
+    let first = if chat.context_start <= last {
+        chat.context_start
+    } else {
+        0
+    };
+    let prompt = render_from(first)?;
+    let session = &chat.session;
+    if !session.sliding() || rest.is_empty() {
+        return Ok((first, prompt));
+    }
+    let limit = session.max_context();
+    let budget = prompt_budget(limit, max_tokens);
+    let cap = if chat.start_chosen { limit } else { budget };
+    let (start, prompt) = if prompt.len() > cap && rebuilds(session, &prompt) {
+        let roles: Vec<&str> = rest.iter().map(role).collect();
+        let start = fitting_start(&roles, first, budget, |s| {
+            render_from(s).ok().map(|ids| ids.len())
+        });
+        (start, render_from(start)?)
+    } else {
+        (first, prompt)
+    };
+    if prompt.len() > limit {
+        // Earlier turns slide out of the window; the new message and the system prompt, which
+        // never slides out, must fit.
+        let alone = if start == last {
+            prompt.len()
+        } else {
+            render_from(last)?.len()
+        };
+        if alone > limit {
+            let what = if system.is_empty() {
+                "the message is"
+            } else {
+                "the system prompt and the message are"
+            };
+            return Err(CallError::new(
+                "ContextOverflowError",
+                format!("{what} {alone} tokens but the context holds {limit} tokens"),
+            ));
+        }
+    }
+    Ok((start, prompt))
 }
 
 #[derive(Default)]
@@ -592,6 +685,14 @@ impl Engine {
         // The old session's cache goes before the new one is reserved.
         self.chat = None;
         let mut session = Session::new(model, config).map_err(model_error)?;
+        // As the terminal's chat: sliding unless refused, or the context is too short for it.
+        let slide = match field(args, "slide") {
+            None => true,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| invalid(format!("slide must be true or false, got {v}")))?,
+        };
+        let sliding = slide && session.set_sliding(true).is_ok();
         let reserve = count_field(args, "reserve")?.unwrap_or(session.max_context());
         session.reserve(reserve.min(session.max_context()));
         keep_headroom();
@@ -602,11 +703,14 @@ impl Engine {
             kv: field(args, "kv").cloned().unwrap_or(Value::Null),
             turn: None,
             last_turn: Value::Null,
+            context_start: 0,
+            start_chosen: false,
         });
         Ok(json!({
             "kv": self.chat()?.kv.clone(),
             "codec": config.codec.name(),
             "max_context": max_context,
+            "sliding": sliding,
             "reserved_tokens": reserve.min(max_context),
         }))
     }
@@ -690,25 +794,31 @@ impl Engine {
         Ok(json!({ "tokens": chat.session.len() }))
     }
 
-    /// Starts a reply: `{messages | prompt_ids | append_ids, sampling, max_tokens}`.
+    /// Starts a reply: `{messages | prompt_ids | append_ids, sampling, max_tokens}`. A
+    /// `messages` turn of a sliding chat renders from its `context_start` (see the module).
     fn turn(&mut self, args: &Value) -> CallResult {
         let started = now_ms();
         let l = self
             .loaded
             .as_ref()
             .ok_or_else(|| invalid("no model loaded: call load first"))?;
-        let prompt_ids = match (field(args, "prompt_ids"), field(args, "messages")) {
-            (Some(ids), _) => token_list(ids, "prompt_ids")?,
-            (None, Some(messages)) => {
-                let text = l.template.render(messages, true).map_err(invalid)?;
-                Self::encode(l, &text)?
-            }
+        let max_tokens = count_field(args, "max_tokens")?.unwrap_or(512);
+        let (prompt_ids, context_start) = match (field(args, "prompt_ids"), field(args, "messages"))
+        {
+            (Some(ids), _) => (token_list(ids, "prompt_ids")?, None),
+            (None, Some(messages)) => match self.chat.as_ref() {
+                Some(chat) => {
+                    let (start, ids) = messages_prompt(l, chat, messages, max_tokens.max(1))?;
+                    (ids, Some(start))
+                }
+                None => return Err(invalid("no session: call session first")),
+            },
             (None, None) => match (field(args, "append_ids"), self.chat.as_ref()) {
                 // The conversation so far plus these tokens (a long chat driven by tokens).
                 (Some(ids), Some(chat)) => {
                     let mut all = chat.session.tokens().to_vec();
                     all.extend(token_list(ids, "append_ids")?);
-                    all
+                    (all, None)
                 }
                 _ => return Err(invalid("turn needs messages, prompt_ids or append_ids")),
             },
@@ -719,7 +829,6 @@ impl Engine {
         }
         let sampler =
             Sampler::new(sampler_params(field(args, "sampling"))?).map_err(model_error)?;
-        let max_tokens = count_field(args, "max_tokens")?.unwrap_or(512);
         if max_tokens < 1 {
             return Err(invalid("invalid max_tokens 0: must be >= 1"));
         }
@@ -731,7 +840,9 @@ impl Engine {
             return Err(invalid("a reply is already streaming: stop it first"));
         }
         let max_context = chat.session.max_context();
-        if prompt_ids.len() > max_context {
+        // A sliding session retires old pages instead (a `messages` turn refused a message too
+        // long on its own above; raw token prompts slide through, as native ones do).
+        if !chat.session.sliding() && prompt_ids.len() > max_context {
             return Err(CallError::new(
                 "ContextOverflowError",
                 format!(
@@ -761,10 +872,12 @@ impl Engine {
             first_token_ms: None,
             prompt_tokens: prompt_ids.len(),
             cached_tokens: cached,
+            context_start,
         });
         Ok(json!({
             "prompt_tokens": prompt_ids.len(),
             "cached_tokens": cached,
+            "context_start": context_start.unwrap_or(chat.context_start),
             "prompt_ids": prompt_ids,
         }))
     }
@@ -804,7 +917,7 @@ impl Engine {
         if turn.generated.len() >= turn.max_tokens {
             return self.finish_with_piece("length", token, piece);
         }
-        if session.len() >= session.max_context() {
+        if !session.sliding() && session.len() >= session.max_context() {
             return self.finish_with_piece("context", token, piece);
         }
         if let Err(err) = session.decode(token) {
@@ -850,7 +963,13 @@ impl Engine {
             "interrupted" | "error" => {
                 chat.session.rollback_turn();
             }
-            _ => chat.session.commit_turn(),
+            _ => {
+                chat.session.commit_turn();
+                if let Some(start) = turn.context_start {
+                    chat.context_start = start;
+                    chat.start_chosen = false;
+                }
+            }
         }
         let record = json!({
             "reason": reason,
@@ -858,6 +977,7 @@ impl Engine {
             "token_ids": turn.generated,
             "prompt_tokens": turn.prompt_tokens,
             "cached_tokens": turn.cached_tokens,
+            "context_start": chat.context_start,
             "completion_tokens": turn.generated.len(),
             "tokenize_ms": turn.tokenize_ms,
             "first_token_ms": turn.first_token_ms,
@@ -882,6 +1002,9 @@ impl Engine {
                 "tokens": chat.session.len(),
                 "cache_len": chat.session.cache_len(),
                 "max_context": chat.session.max_context(),
+                "sliding": chat.session.sliding(),
+                "retired_tokens": chat.session.retired(),
+                "context_start": chat.context_start,
                 "kv": chat.kv,
                 "streaming": chat.turn.is_some(),
             });
@@ -913,7 +1036,7 @@ impl Engine {
 
     /// The session file for `{transcript}` (JSON text), into a new buffer.
     fn save(&mut self, args: &Value, buffers: &mut Buffers) -> CallResult {
-        let transcript = str_field(args, "transcript")?.unwrap_or("{}").to_string();
+        let mut transcript = str_field(args, "transcript")?.unwrap_or("{}").to_string();
         let (hash, hashes) = {
             let l = self.loaded()?;
             (l.model_hash, l.hashes)
@@ -921,6 +1044,13 @@ impl Engine {
         let chat = self.chat()?;
         if chat.turn.is_some() {
             return Err(invalid("a reply is streaming: save after it ends"));
+        }
+        // A chat transcript records where the cache's rendering starts, as the CLI's does.
+        if let Ok(Value::Object(mut record)) = serde_json::from_str::<Value>(&transcript) {
+            if record.get("format").and_then(Value::as_str) == Some("spinkv-transcript") {
+                record.insert("context_start".into(), json!(chat.context_start));
+                transcript = Value::Object(record).to_string();
+            }
         }
         let bytes = session_file_bytes(&chat.session, hash, &hashes, &transcript);
         let digest = hex(&state_digest(&chat.session));
@@ -992,6 +1122,13 @@ impl Engine {
                 fields,
             }
         })?;
+        // A reused cache goes on from the message it was fed from.
+        chat.context_start = serde_json::from_str::<Value>(&transcript)
+            .ok()
+            .and_then(|t| t.get("context_start").and_then(Value::as_u64))
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0);
+        chat.start_chosen = true;
         let max_context = chat.session.max_context();
         chat.session.reserve(max_context);
         keep_headroom();

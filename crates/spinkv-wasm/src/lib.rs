@@ -13,13 +13,18 @@
 //! (`spinkv.web.bundle`), so `Isa::Simd128` runs beside `Scalar`. One thread: no atomics, no
 //! shared memory.
 
-#![cfg(target_arch = "wasm32")]
+//!
+//! `window` (which messages a sliding chat feeds) is pure and compiled on every target, so its
+//! unit tests run natively; everything else is wasm32 only.
 
-#[cfg(feature = "runtime")]
+#[cfg(all(target_arch = "wasm32", feature = "runtime"))]
 mod abi;
-#[cfg(feature = "runtime")]
+#[cfg(all(target_arch = "wasm32", feature = "runtime"))]
 mod engine;
+#[cfg(target_arch = "wasm32")]
 mod host;
+#[cfg(target_arch = "wasm32")]
 mod kernels;
-#[cfg(feature = "runtime")]
+#[cfg(all(target_arch = "wasm32", feature = "runtime"))]
 mod template;
+pub mod window;

@@ -173,7 +173,7 @@ function showStats(s) {
     const c = s.cache;
     parts.push("<h4>KV cache</h4>" + table([
       ["codec", c.codec],
-      ["tokens (cached / max)", `${s.session.cache_len} / ${s.session.max_context}`],
+      ["tokens (cached / max)", `${s.session.cache_len} / ${s.session.max_context}${s.session.retired_tokens ? ` · ${s.session.retired_tokens} slid out` : ""}${s.session.context_start ? ` · fed from message ${s.session.context_start + 1}` : ""}`],
       ["compressed / fp16 tokens (per layer)", `${c.total.compressed_tokens / c.layers.length} / ${c.total.fp16_tokens / c.layers.length}`],
       ["payload K + V", fmtBytes(c.total.k_payload_bytes + c.total.v_payload_bytes)],
       ["norms + headers", fmtBytes(c.total.norm_bytes + c.total.header_bytes)],
