@@ -12,7 +12,6 @@
 //! `cli/spinkv/web/static/spinkv.js` and `run.mjs`). Built with `-C target-feature=+simd128`
 //! (`spinkv.web.bundle`), so `Isa::Simd128` runs beside `Scalar`. One thread: no atomics, no
 //! shared memory.
-
 //!
 //! `window` (which messages a sliding chat feeds) is pure and compiled on every target, so its
 //! unit tests run natively; everything else is wasm32 only.
