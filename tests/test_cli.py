@@ -292,7 +292,9 @@ def test_invalid_run_settings(tiny: Path) -> None:
     assert_one_line_error(
         spinkv_cli("run", "hi", "--model", str(tiny), "--threads", "0"), "threads"
     )
-    assert_one_line_error(spinkv_cli("run", "hi", "--model", str(tiny), "-n", "0"), "max_tokens")
+    for command in (["run", "hi"], ["chat"]):
+        done = spinkv_cli(*command, "--model", str(tiny), "-n", "0", stdin="hi\n")
+        assert_one_line_error(done, "--max-tokens", "greater than or equal to 1")
     assert_one_line_error(spinkv_cli("run", "--model", str(tiny), stdin="  \n"), "empty")
     assert_one_line_error(spinkv_cli("run", "hi", "--no-such-flag"), "--no-such-flag")
     for threshold in ("1", "-0.5", "nan"):
@@ -350,8 +352,44 @@ def test_chat_reports_context_overflow_and_goes_on(
     script = "word " * 100 + "\nhi\n"
     done = spinkv_cli("chat", "--model", str(short), "-n", "4", stdin=script)
     assert done.returncode == 0, done.stderr
-    assert "/clear" in done.stderr and "context" in done.stderr
+    assert "--max-context" in done.stderr and "context" in done.stderr
     assert sum("prefill" in line for line in done.stderr.splitlines()) == 1
+
+
+def test_a_system_prompt_the_context_refuses_leaves_the_chat_going(tiny: Path) -> None:
+    script = "/system " + "word " * 100 + "\nhi\n"
+    done = spinkv_cli("chat", "--model", str(tiny), "--max-context", "64", "-n", "4", stdin=script)
+    assert done.returncode == 0, done.stderr
+    assert "system prompt is" in done.stderr and "context holds 64" in done.stderr
+    assert sum("prefill" in line for line in done.stderr.splitlines()) == 1, "hi was answered"
+
+
+def test_closed_or_broken_stdout(tiny: Path) -> None:
+    """stdout closed by the caller: written nowhere, exit 0; a reader that went away: 141."""
+    command = [sys.executable, "-m", "spinkv", "run", "--model", str(tiny), "-n", "4", "hi"]
+    closed = subprocess.run(
+        command,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+        preexec_fn=lambda: os.close(1),
+        timeout=300,
+        text=True,
+    )
+    assert closed.returncode == 0, closed.stderr
+    assert "Traceback" not in closed.stderr
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+    ) as reader_gone:
+        assert reader_gone.stdout is not None and reader_gone.stderr is not None
+        reader_gone.stdout.close()
+        errors = reader_gone.stderr.read().decode()
+        assert reader_gone.wait(timeout=300) == 141, errors
+    assert "Traceback" not in errors
 
 
 def test_chat_invalid_options_fail_before_loading(tiny: Path) -> None:

@@ -659,6 +659,22 @@ def test_long_conversations_fed_from_nothing_keep_to_one_context(
     assert slid.ask("more?").cached_tokens >= result.prompt_tokens
 
 
+def test_a_new_system_prompt_before_the_cache_slid_keeps_to_one_context(
+    tiny: LoadedModel,
+) -> None:
+    """A changed system prompt shares only the template's first tokens with the cache: the
+    turn is a rebuild, fed from the newest turns that fit, not a prefill past the context."""
+    chat = long_chat(tiny, turns=3)
+    assert chat.stats()["retired_tokens"] == 0
+    chat.set_system("You answer briefly, carefully and politely. " * 6)
+    everything = tiny.tokenize(
+        tiny.render_chat(chat.messages + [{"role": "user", "content": "and now?"}])
+    )
+    assert len(everything) > 256 - 10, "without the rebuild the prefill would not fit"
+    result = chat.ask("and now?")
+    assert result.timings.prefill_tokens <= 256 - 10 and chat.context_start > 0
+
+
 def test_chat_says_how_much_of_a_long_refused_session_it_re_reads(
     tiny: LoadedModel, long_session: Path, spinkv_home: Path
 ) -> None:

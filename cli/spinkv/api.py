@@ -349,7 +349,8 @@ class ChatSession:
     write and read session files (spinkv.sessions.store handles names, locking, atomic writes).
 
     Long conversations: when a sliding chat must build its cache from nothing (after a
-    refused restore, or when a changed system prompt meets a cache whose start slid out) and
+    refused restore, or when a changed system prompt leaves little of the cache: its start
+    slid out, or the prompt's new part is longer than that budget) and
     the rendering is longer than the context minus room for the reply (max_tokens, at most a
     quarter of the context), it feeds the system prompt and only the newest whole turns that
     fit, and moves `context_start` to the first of them, so later renderings extend what the
@@ -527,18 +528,20 @@ class ChatSession:
         `context_start`, or later when the cache is built from nothing and that is too long."""
         prompt_ids = self._render_from(self._start, user)
         cap = self.limit if self._start_chosen else prompt_budget(self.limit, max_tokens)
-        if not self.slide or len(prompt_ids) <= cap or not self._rebuilds(prompt_ids):
+        if not self.slide or len(prompt_ids) <= cap or not self._rebuilds(prompt_ids, cap):
             return self._start, prompt_ids
         start = self._fitting_start(user, prompt_budget(self.limit, max_tokens), self._start)
         return start, self._render_from(start, user)
 
-    def _rebuilds(self, prompt_ids: Sequence[int]) -> bool:
-        """Whether the cache keeps nothing of use for this prompt: it is empty, or the prompt
-        leaves it before its retired tokens (the cut then keeps only the head)."""
+    def _rebuilds(self, prompt_ids: Sequence[int], cap: int) -> bool:
+        """Whether the cache keeps nothing of use for this prompt: it is empty, the prompt
+        leaves it before its retired tokens (the cut then keeps only the head), or what the
+        prompt does not share with it is more than `cap` tokens (a changed system prompt)."""
         if len(self._session) == 0:
             return True
+        common = common_prefix_length(self._session.tokens, prompt_ids)
         retired = int(self._session.retired)
-        return retired > 0 and common_prefix_length(self._session.tokens, prompt_ids) < retired
+        return (retired > 0 and common < retired) or len(prompt_ids) - common > cap
 
     def _fitting_start(self, user: ChatMessage | None, budget: int, first: int) -> int:
         """The earliest start from `first` on whose rendering has at most `budget` tokens

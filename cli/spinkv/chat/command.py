@@ -155,7 +155,7 @@ class ChatRepl:
             self.chat.cancel()
             return
         except ContextOverflowError as exc:
-            print_error(f"{exc}: /clear starts a new conversation")
+            print_error(f"{exc}: {self.overflow_hint()}")
             return
         except user_error_types() as exc:
             print_error(describe(exc))
@@ -186,6 +186,15 @@ class ChatRepl:
             print_note("[interrupted]")
         self.replies += 1
         self.autosave()
+
+    def overflow_hint(self) -> str:
+        """What gets a turn the context refused through: a sliding chat refuses only a message
+        that does not fit beside the system prompt; one that does not slide, the conversation."""
+        if self.chat.slide:
+            system = ", change the system prompt (/system)" if self.chat.system else ""
+            return f"shorten the message{system} or raise --max-context"
+        saved = " (the saved session is replaced at its next save)" if self.session_name else ""
+        return f"raise --max-context, or /clear starts a new conversation{saved}"
 
     def autosave(self) -> None:
         """Saves the bound session after a turn; a failure is reported, never fatal."""
@@ -291,7 +300,11 @@ class ChatRepl:
             self.chat.clear()
             print_note("conversation cleared")
         elif name == "/system":
-            self.chat.set_system(argument or None)
+            try:
+                self.chat.set_system(argument or None)
+            except user_error_types() as exc:  # the chat goes on with the prompt it had
+                print_error(describe(exc))
+                return True
             print_note(f"system prompt: {argument}" if argument else "system prompt: default")
         elif name == "/stats":
             self.show_stats(per_layer=argument == "layers" or self.verbose)

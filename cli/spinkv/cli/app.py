@@ -103,6 +103,12 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except SystemExit as exit_:
+        # Typer turns a broken pipe it sees into `sys.exit(1)`, even outside standalone mode.
+        if isinstance(exit_.__context__, BrokenPipeError):
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
+        raise
     except user_error_types() as error:
         _show_debug_traceback()
         if is_internal_error(error):
@@ -147,6 +153,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # `kill` (SIGTERM) unwinds like an exception, so imports and saves remove their temp files.
     signal.signal(signal.SIGTERM, _terminate)
+    _stand_in_for_closed_streams()
     _tolerate_bad_utf8()
     quiet_panics.hold_stderr()
     code = run_cli()
@@ -160,6 +167,14 @@ def main() -> None:
 
 def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
+
+
+def _stand_in_for_closed_streams() -> None:
+    """A standard stream closed by the caller (`spinkv run hi >&-`) is None in Python: it reads
+    as empty and writes go nowhere, as for a shell command, instead of an AttributeError."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115
 
 
 def _tolerate_bad_utf8() -> None:

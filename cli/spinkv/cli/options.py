@@ -73,7 +73,9 @@ SystemOption = Annotated[
 ]
 MaxTokensOption = Annotated[
     int,
-    typer.Option("--max-tokens", "-n", help="Most tokens per reply.", rich_help_panel=GENERATION),
+    typer.Option(
+        "--max-tokens", "-n", help="Most tokens per reply.", rich_help_panel=GENERATION, min=1
+    ),
 ]
 MAX_THREADS = 256
 """The runtime's own limit (spinkv-model's `MAX_THREADS`)."""

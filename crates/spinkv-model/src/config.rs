@@ -748,6 +748,14 @@ fn as_token_id(value: &serde_json::Value) -> Option<u32> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_unsupported_architecture_message_names_every_family() {
+        let message = ModelError::UnsupportedArchitecture("GPT2LMHeadModel".into()).to_string();
+        for (architecture, _, _) in FAMILIES {
+            assert!(message.contains(architecture), "{architecture}: {message}");
+        }
+    }
+
     const SMOLLM2: &str = r#"{
         "architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
         "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,

@@ -15,7 +15,7 @@ pub enum ModelError {
     },
     #[error("invalid config.json at {path}: {reason}")]
     Config { path: PathBuf, reason: String },
-    #[error("unsupported model architecture {0}: spinkv runs Llama-family models (LlamaForCausalLM, MistralForCausalLM without sliding window)")]
+    #[error("unsupported model architecture {0}: spinkv runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and Gemma3ForCausalLM")]
     UnsupportedArchitecture(String),
     #[error("unsupported model feature: {0}")]
     Unsupported(String),
