@@ -527,10 +527,11 @@ class ChatSession:
         """Where this turn's rendering starts in the history, and its token ids: from
         `context_start`, or later when the cache is built from nothing and that is too long."""
         prompt_ids = self._render_from(self._start, user)
-        cap = self.limit if self._start_chosen else prompt_budget(self.limit, max_tokens)
+        budget = prompt_budget(self.limit, max_tokens)
+        cap = self.limit if self._start_chosen else budget
         if not self.slide or len(prompt_ids) <= cap or not self._rebuilds(prompt_ids, cap):
             return self._start, prompt_ids
-        start = self._fitting_start(user, prompt_budget(self.limit, max_tokens), self._start)
+        start = self._fitting_start(user, budget, self._start)
         return start, self._render_from(start, user)
 
     def _rebuilds(self, prompt_ids: Sequence[int], cap: int) -> bool:

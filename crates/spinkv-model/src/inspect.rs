@@ -58,8 +58,8 @@ pub fn inspect(dir: &Path) -> Result<ModelInspection, ModelError> {
     let mut headers = Vec::with_capacity(files.len());
     let mut by_dtype: Vec<(String, u64)> = Vec::new();
     let mut parameters: u64 = 0;
-    for path in files {
-        let header = file_header(&path)?;
+    for path in &files {
+        let header = file_header(path)?;
         for (dtype, count) in tensor_counts(&header) {
             parameters = parameters.saturating_add(count);
             match by_dtype.iter_mut().find(|(d, _)| *d == dtype) {
@@ -67,12 +67,14 @@ pub fn inspect(dir: &Path) -> Result<ModelInspection, ModelError> {
                 None => by_dtype.push((dtype, count)),
             }
         }
-        let bytes = fs::metadata(&path).map_err(io_error(&path))?.len();
-        weight_files_found.push(WeightFile { path, bytes });
+        let bytes = fs::metadata(path).map_err(io_error(path))?.len();
+        weight_files_found.push(WeightFile {
+            path: path.clone(),
+            bytes,
+        });
         headers.push(header);
     }
-    let paths: Vec<PathBuf> = weight_files_found.iter().map(|f| f.path.clone()).collect();
-    check_tensors(&dir, &config, &paths, &headers)?;
+    check_tensors(&dir, &config, &files, &headers)?;
     // Ties go to the dtype seen first (files in load order, tensors by name).
     let dtype = by_dtype
         .iter()

@@ -231,11 +231,19 @@ struct Chat {
     start_chosen: bool,
 }
 
-/// Whether the cache keeps nothing of use for `prompt`: it is empty, or the prompt leaves it
-/// before its retired tokens (the cut then keeps only the head).
-fn rebuilds(session: &Session, prompt: &[u32]) -> bool {
-    let retired = session.retired();
-    session.is_empty() || (retired > 0 && common_prefix_len(session.tokens(), prompt) < retired)
+/// Whether the cache keeps nothing of use for `prompt`: it is empty, the prompt leaves it
+/// before its retired tokens (the cut then keeps only the head), or what the prompt does not
+/// share with it is more than `cap` tokens (a changed system prompt) — the rule of
+/// `spinkv.api.ChatSession._rebuilds`.
+fn rebuilds(session: &Session, prompt: &[u32], cap: usize) -> bool {
+    if session.is_empty() {
+        return true;
+    }
+    let (retired, common) = (
+        session.retired(),
+        common_prefix_len(session.tokens(), prompt),
+    );
+    (retired > 0 && common < retired) || prompt.len() - common > cap
 }
 
 /// A `messages` turn's start (see the module) and prompt tokens.
@@ -276,7 +284,7 @@ fn messages_prompt(
     let limit = session.max_context();
     let budget = prompt_budget(limit, max_tokens);
     let cap = if chat.start_chosen { limit } else { budget };
-    let (start, prompt) = if prompt.len() > cap && rebuilds(session, &prompt) {
+    let (start, prompt) = if prompt.len() > cap && rebuilds(session, &prompt, cap) {
         let roles: Vec<&str> = rest.iter().map(role).collect();
         let start = fitting_start(&roles, first, budget, |s| {
             render_from(s).ok().map(|ids| ids.len())
