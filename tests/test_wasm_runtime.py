@@ -282,6 +282,16 @@ def test_a_sliding_chat_outlives_its_context(
         {"op": "restore_file", "path": str(chat_file)},
         {**turn, "messages": follow_up},
     ]
+    # A new system prompt in a chat that has not slid yet: what the prompt does not share with
+    # the cache is over the prompt budget (256 - 16), so the cache is rebuilt from the newest
+    # turns that fit instead of prefilling the whole rendering past the context.
+    new_system_start = len(calls)
+    system = {"role": "system", "content": "Answer briefly and kindly. " * 30}
+    calls += [
+        {"op": "session", "kv": kv},
+        {**turn, "messages": history[:3]},
+        {**turn, "messages": [system, *history[:5]]},
+    ]
     records = _run(wasm_bundle, loaded.path, calls)
     assert _ok(records[1])["sliding"] is True
     replies = [_ok(r) for r in records[2:10]]
@@ -311,3 +321,8 @@ def test_a_sliding_chat_outlives_its_context(
     restored_start = json.loads(saved[1]["transcript"])["context_start"]
     assert restored_start == saved[0]["context_start"] == fed["context_start"]
     assert saved[2]["context_start"] == restored_start and saved[2]["cached_tokens"] > 0
+
+    short, changed = (_ok(records[new_system_start + i]) for i in (1, 2))
+    assert short["context_start"] == 0 and short["prompt_tokens"] < 240, short
+    assert changed["context_start"] > 0 and changed["context_start"] % 2 == 0, changed
+    assert changed["prompt_tokens"] <= 256 - 16, changed
