@@ -298,7 +298,7 @@ pub(crate) unsafe fn dequantize_on(
     )),
     allow(dead_code)
 )]
-mod windows;
+pub(crate) mod windows;
 
 #[cfg(any(test, feature = "parity"))]
 pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {

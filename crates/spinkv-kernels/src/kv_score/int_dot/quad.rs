@@ -3,6 +3,9 @@
 //! the build's ISA (integer sums: the same bits as the reference in any order).
 
 use super::{score_unpacked_rows, IntQueries, IntRows};
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[path = "swizzle128.rs"]
+mod swizzle128;
 use crate::codes::quad::RowDecoder;
 use crate::codes::Levels;
 
@@ -15,6 +18,11 @@ pub unsafe fn score_codes_int(
     scores: &mut [f32],
     stride: usize,
 ) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    // SAFETY: this build has SIMD128; shapes checked by the caller.
+    if unsafe { swizzle128::try_score(r, queries, scores, stride) } {
+        return;
+    }
     // The unpacker needs level tables only to decode, never to unpack.
     let none = [0.0f32; 16];
     let levels = Levels {
