@@ -7,6 +7,9 @@ use super::{accumulate_code_rows, accumulate_f16_rows};
 use crate::codes::quad::RowDecoder;
 use crate::codes::CodedRows;
 use crate::vec_f32::quad::axpy;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[path = "swizzle128.rs"]
+mod swizzle128;
 use half::f16;
 
 /// # Safety
@@ -30,6 +33,13 @@ pub unsafe fn accumulate_codes(r: CodedRows<'_>, weights: &[f32], stride: usize,
     // SAFETY (all unsafe here): same target features as this function; every row lies inside
     // `codes` (checked), the levels were checked against the layout.
     let grid = GridLevels::new(r.layout, r.levels);
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if let Some(grid) = &grid {
+        // SAFETY: this build has SIMD128; shapes checked by the caller.
+        if unsafe { swizzle128::try_accumulate(r, grid, weights, stride, acc) } {
+            return;
+        }
+    }
     let levels = grid.as_ref().map_or(r.levels, GridLevels::levels);
     let decoder = unsafe { RowDecoder::new(r.layout, levels) };
     let decode = |at: usize, row: &mut [f32]| unsafe { decoder.decode(r.codes, at, levels, row) };
