@@ -551,6 +551,23 @@ def test_sliding_window_chat_outlives_its_context_and_restores(
     assert digest(chat) == state
 
 
+def test_a_sliding_turn_counts_as_cached_only_what_it_read_from_the_cache(
+    tiny: LoadedModel,
+) -> None:
+    from spinkv.cli.render import timing_line
+
+    chat = tiny.chat(kv={**TURBO_SMALL, "max_context": 64}, max_tokens=10)
+    for i in range(8):
+        chat.ask(f"message {i}: the quick brown fox")
+    retired, in_cache = int(chat.session.retired), chat.cached_tokens
+    assert retired > 0, "the cache has slid"
+    result = chat.ask("one more")
+    assert 0 < result.cached_tokens <= in_cache <= 64
+    # Slid-out tokens are part of the prompt, but neither read from the cache nor computed.
+    assert retired + result.cached_tokens + result.timings.prefill_tokens == result.prompt_tokens
+    assert f"+{result.cached_tokens} cached" in timing_line(result)
+
+
 LONG_KV = {**TURBO_SMALL, "max_context": 256}
 """A context the long conversation below is several times as long as."""
 OTHER_KV = {**LONG_KV, "window": 32}
@@ -598,9 +615,12 @@ def test_a_refused_long_transcript_re_reads_only_the_newest_turns(
     assert first.timings.prefill_tokens == first.prompt_tokens <= 256, "one context at most"
     assert first.prompt_tokens > 256 // 2, "as many turns as fit"
     assert chat.cached_tokens <= 256
+    # Tokens that slid out before a turn are neither read from the cache nor computed again.
+    retired = int(chat.session.retired)
     second = chat.ask("and then?")
-    assert second.cached_tokens >= first.prompt_tokens, "the cache is reused"
-    assert second.timings.prefill_tokens == second.prompt_tokens - second.cached_tokens < 64
+    assert retired + second.cached_tokens >= first.prompt_tokens, "the cache is reused"
+    new_tokens = second.prompt_tokens - retired - second.cached_tokens
+    assert second.timings.prefill_tokens == new_tokens < 64
 
     chat.save(tmp_path / "again.spkv")
     transcript, _ = read_transcript(tmp_path / "again.spkv")
@@ -609,8 +629,9 @@ def test_a_refused_long_transcript_re_reads_only_the_newest_turns(
     resumed = tiny.chat(kv=OTHER_KV, max_tokens=10)
     again = resumed.restore(tmp_path / "again.spkv")
     assert again.reused and again.context_start == outcome.context_start
+    retired = int(resumed.session.retired)
     third = resumed.ask("and at last?")
-    assert third.cached_tokens >= second.prompt_tokens, "goes on from the same message"
+    assert retired + third.cached_tokens >= second.prompt_tokens, "goes on from the same message"
     assert third.timings.prefill_tokens < 64
 
 
@@ -656,7 +677,8 @@ def test_long_conversations_fed_from_nothing_keep_to_one_context(
     slid.set_system("Answer briefly.")
     result = slid.ask("and now?")
     assert result.timings.prefill_tokens <= 256 - 10 and slid.context_start > 0
-    assert slid.ask("more?").cached_tokens >= result.prompt_tokens
+    retired = int(slid.session.retired)
+    assert retired + slid.ask("more?").cached_tokens >= result.prompt_tokens
 
 
 def test_a_new_system_prompt_before_the_cache_slid_keeps_to_one_context(
