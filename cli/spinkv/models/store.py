@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spinkv.errors import InvalidInputError, ModelNotFoundError, SpinkvError
+from spinkv.errors import InvalidInputError, ModelNotFoundError, SpinkvError, one_line
+from spinkv.models.checked import CheckedModels, file_keys
 from spinkv.models.gguf_import import IMPORT_FORMAT, import_gguf, source_record, store_name_for
 from spinkv.models.gguf_import import SOURCE_FILE as SOURCE_MARKER
-from spinkv.models.info import BrokenModel, ModelInfo, weight_files
+from spinkv.models.info import BrokenModel, ModelInfo, check_tokenizer_and_template, weight_files
 from spinkv.models.info import model_info as read_model_info
 from spinkv.util.progress import current
 
@@ -459,7 +460,7 @@ def resolve_model(spec: str | None) -> Path:
         raise ModelNotFoundError(f"no such model directory or file: {spec}")
     if _HF_REPO_RE.match(spec):
         return hf_snapshot(spec)
-    stored_names = [m.name for m in list_models()]
+    stored_names = store_names()
     raise ModelNotFoundError(
         f"unknown model {spec!r}: not a directory, a .gguf file, a store name "
         f"({', '.join(stored_names) or 'store is empty'}; registry: {', '.join(known_names())})"
@@ -498,29 +499,60 @@ def _display_name(path: Path) -> str:
     return path.name
 
 
-def model_info(path: Path) -> ModelInfo:
-    """Name, architecture, parameters, dtype, size, context and KV bytes/token of a model."""
-    return read_model_info(check_model_dir(Path(path)), name=_display_name(Path(path)))
+def model_info(
+    path: Path, name: str | None = None, *, checked: CheckedModels | None = None
+) -> ModelInfo:
+    """Name, architecture, parameters, dtype, size, context and KV bytes/token of a model
+    (name: by default its store name, "org/name" for an HF snapshot, else the directory's).
+    Raises the error `spinkv run` would for a model it refuses, in the order `run` meets them:
+    a file missing, a tokenizer or chat template that does not load, weights the loader does
+    not take. With `checked`, a tokenizer and template that passed unchanged are not loaded
+    again."""
+    model_dir = check_model_dir(Path(path))
+    keys = file_keys(model_dir)
+    if checked is None or not checked.passed(model_dir, keys):
+        check_tokenizer_and_template(model_dir)
+        if checked is not None:
+            checked.record_pass(model_dir, keys)
+    return read_model_info(model_dir, name=name or _display_name(Path(path)))
 
 
-def list_models() -> list[ModelInfo | BrokenModel]:
-    """Every complete model in the store, by name: its ModelInfo, or a BrokenModel with the
-    runtime's reason when it would not load (a tensor missing or in a dtype the loader does not
-    take, a corrupt header, a bad config.json). Incomplete directories (config.json, tokenizer
-    or weights missing) are skipped."""
+def _store_entries() -> list[Path]:
+    """The store's entries: its directories, sorted, without hidden ones (imports under way,
+    records)."""
     root = models_dir()
     if not root.is_dir():
         return []
+    return [
+        child
+        for child in sorted(root.iterdir())
+        if not child.name.startswith(".") and child.is_dir()
+    ]
+
+
+def store_names() -> list[str]:
+    """The names of the store's entries, without looking inside them."""
+    return [entry.name for entry in _store_entries()]
+
+
+def list_models() -> list[ModelInfo | BrokenModel]:
+    """Every entry of the store by name: its ModelInfo, or a BrokenModel with the reason
+    `run` would refuse it (a file missing, a tokenizer.json that does not load, a chat template
+    that does not compile, a tensor missing or in a dtype the loader does not take, a corrupt
+    header, a bad config.json). Hidden entries (imports under way, records) and plain files
+    are not models."""
+    entries = _store_entries()
+    if not entries:
+        return []
+    checked = CheckedModels(models_dir())
     infos: list[ModelInfo | BrokenModel] = []
-    for child in sorted(root.iterdir()):
-        if child.name.startswith(".") or not child.is_dir():
-            continue
+    for child in entries:
         try:
-            infos.append(model_info(child))
-        except ModelNotFoundError:
-            continue
+            infos.append(model_info(child, checked=checked))
         except SpinkvError as exc:
-            infos.append(BrokenModel(name=child.name, path=child.resolve(), problem=str(exc)))
+            problem = one_line(exc)
+            infos.append(BrokenModel(name=child.name, path=child.resolve(), problem=problem))
+    checked.save()
     return infos
 
 
