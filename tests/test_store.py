@@ -398,6 +398,54 @@ def test_list_loads_a_tokenizer_again_only_when_its_files_changed(
     assert (models / RECORD_FILE).read_text() == "not ours"
 
 
+def test_a_link_in_the_store_goes_by_its_own_name_and_rm_removes_only_the_link(
+    tiny_model_dir: Path, spinkv_home: Path, tmp_path: Path
+) -> None:
+    models = spinkv_home / "models"
+    outside = copy_model(tiny_model_dir, tmp_path / "elsewhere" / "tiny-v2")
+    inside = copy_model(tiny_model_dir, models / "tiny")
+    models.joinpath("mine").symlink_to(outside)
+    models.joinpath("short").symlink_to("tiny")  # relative, to another entry
+    models.joinpath("gone").symlink_to(tmp_path / "nowhere")
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+
+    listed = {info.name: info for info in list_models()}
+    assert sorted(listed) == ["gone", "mine", "short", "tiny"]
+    assert isinstance(listed["mine"], ModelInfo) and listed["mine"].path == outside.resolve()
+    assert isinstance(listed["short"], ModelInfo) and listed["short"].path == inside.resolve()
+    assert isinstance(listed["gone"], BrokenModel) and "does not exist" in listed["gone"].problem
+    assert resolve_model("mine") == outside.resolve()
+    with pytest.raises(ModelNotFoundError, match="a link to .*nowhere"):
+        resolve_model("gone")
+
+    assert remove_model("mine") == (models / "mine", outside)
+    assert not (models / "mine").is_symlink()
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before, "target untouched"
+    assert remove_model("short") == (models / "short", inside)
+    assert (inside / "model.safetensors").is_file()
+    assert remove_model("gone") == (models / "gone", tmp_path / "nowhere")
+    assert [info.name for info in list_models()] == ["tiny"]
+
+
+def test_an_import_forced_over_a_store_link_replaces_the_link_only(
+    make_gguf: Callable[..., Path], tiny_model_dir: Path, spinkv_home: Path, tmp_path: Path
+) -> None:
+    from spinkv.models.gguf_import import import_gguf
+
+    models = spinkv_home / "models"
+    models.mkdir(parents=True)
+    outside = copy_model(tiny_model_dir, tmp_path / "elsewhere")
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    models.joinpath("live").symlink_to(outside)
+    models.joinpath("gone").symlink_to(tmp_path / "nowhere")
+    gguf = make_gguf()
+    for name in ("live", "gone"):
+        assert import_gguf(gguf, name=name, replace=True) == models / name
+        assert (models / name).is_dir() and not (models / name).is_symlink()
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before, "target untouched"
+    assert sorted(p.name for p in models.iterdir()) == ["gone", "live"], "nothing left over"
+
+
 def test_check_model_dir_names_every_missing_file(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFoundError) as err:
@@ -480,7 +528,7 @@ def test_an_alias_held_by_a_store_directory_means_that_directory(
     legacy = copy_model(tiny_model_dir, models / "smollm2")
     registry_dir = copy_model(tiny_model_dir, models / DEFAULT_MODEL)
     assert resolve_model("smollm2") == legacy.resolve()
-    assert remove_model("smollm2") == legacy
+    assert remove_model("smollm2") == (legacy, None)
     assert not legacy.exists() and registry_dir.is_dir()
 
 
