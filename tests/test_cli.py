@@ -544,6 +544,46 @@ def test_models_list_and_info_name_what_the_loader_would_refuse(tiny: Path, tmp_
     assert by_name["broken"]["n_layers"] is None
 
 
+def test_models_list_and_info_name_a_tokenizer_run_refuses(tiny: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(tiny, home / "models" / "fine")
+    unparsable = shutil.copytree(tiny, home / "models" / "bad-tokenizer")
+    (unparsable / "tokenizer.json").write_text('{"model": 5')
+    incomplete = shutil.copytree(tiny, home / "models" / "no-tokenizer")
+    (incomplete / "tokenizer.json").unlink()
+
+    listed = spinkv_cli("models", "list", "--json", SPINKV_HOME=str(home))
+    assert listed.returncode == 0, listed.stderr
+    problems = {record["name"]: record["problem"] for record in json.loads(listed.stdout)}
+    assert problems["fine"] is None
+    assert "bad-tokenizer/tokenizer.json" in problems["bad-tokenizer"]
+    assert "missing tokenizer.json" in problems["no-tokenizer"]
+    table = spinkv_cli("models", "list", SPINKV_HOME=str(home))
+    assert table.stdout.count("broken: ") == 2, table.stdout
+    for name in ("bad-tokenizer", "no-tokenizer"):
+        assert_one_line_error(spinkv_cli("models", "info", name, SPINKV_HOME=str(home)), name)
+        assert_one_line_error(spinkv_cli("run", "-m", name, "hi", SPINKV_HOME=str(home)), name)
+
+
+def test_models_list_info_and_rm_of_a_link_in_the_store(tiny: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    target = shutil.copytree(tiny, tmp_path / "elsewhere" / "tiny-v2")
+    (home / "models").mkdir(parents=True)
+    (home / "models" / "mine").symlink_to(target)
+
+    listed = json.loads(spinkv_cli("models", "list", "--json", SPINKV_HOME=str(home)).stdout)
+    assert [(r["name"], r["path"], r["problem"]) for r in listed] == [
+        ("mine", str(target.resolve()), None)
+    ]
+    info = spinkv_cli("models", "info", "mine", "--json", SPINKV_HOME=str(home))
+    assert info.returncode == 0 and json.loads(info.stdout)["name"] == "mine", info.stderr
+    done = spinkv_cli("models", "rm", "mine", SPINKV_HOME=str(home))
+    assert done.returncode == 0, done.stderr
+    assert f"removed the link {home / 'models' / 'mine'} (its target {target}" in done.stderr
+    assert not (home / "models" / "mine").is_symlink()
+    assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in tiny.iterdir())
+
+
 def test_models_bad_input(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     assert_one_line_error(spinkv_cli("models", "pull", "no-such-model", SPINKV_HOME=home))

@@ -551,6 +551,23 @@ def test_sliding_window_chat_outlives_its_context_and_restores(
     assert digest(chat) == state
 
 
+def test_a_sliding_turn_counts_as_cached_only_what_it_read_from_the_cache(
+    tiny: LoadedModel,
+) -> None:
+    from spinkv.cli.render import timing_line
+
+    chat = tiny.chat(kv={**TURBO_SMALL, "max_context": 64}, max_tokens=10)
+    for i in range(8):
+        chat.ask(f"message {i}: the quick brown fox")
+    retired, in_cache = int(chat.session.retired), chat.cached_tokens
+    assert retired > 0, "the cache has slid"
+    result = chat.ask("one more")
+    assert 0 < result.cached_tokens <= in_cache <= 64
+    # Slid-out tokens are part of the prompt, but neither read from the cache nor computed.
+    assert retired + result.cached_tokens + result.timings.prefill_tokens == result.prompt_tokens
+    assert f"+{result.cached_tokens} cached" in timing_line(result)
+
+
 LONG_KV = {**TURBO_SMALL, "max_context": 256}
 """A context the long conversation below is several times as long as."""
 OTHER_KV = {**LONG_KV, "window": 32}
@@ -598,9 +615,12 @@ def test_a_refused_long_transcript_re_reads_only_the_newest_turns(
     assert first.timings.prefill_tokens == first.prompt_tokens <= 256, "one context at most"
     assert first.prompt_tokens > 256 // 2, "as many turns as fit"
     assert chat.cached_tokens <= 256
+    # Tokens that slid out before a turn are neither read from the cache nor computed again.
+    retired = int(chat.session.retired)
     second = chat.ask("and then?")
-    assert second.cached_tokens >= first.prompt_tokens, "the cache is reused"
-    assert second.timings.prefill_tokens == second.prompt_tokens - second.cached_tokens < 64
+    assert retired + second.cached_tokens >= first.prompt_tokens, "the cache is reused"
+    new_tokens = second.prompt_tokens - retired - second.cached_tokens
+    assert second.timings.prefill_tokens == new_tokens < 64
 
     chat.save(tmp_path / "again.spkv")
     transcript, _ = read_transcript(tmp_path / "again.spkv")
@@ -609,8 +629,9 @@ def test_a_refused_long_transcript_re_reads_only_the_newest_turns(
     resumed = tiny.chat(kv=OTHER_KV, max_tokens=10)
     again = resumed.restore(tmp_path / "again.spkv")
     assert again.reused and again.context_start == outcome.context_start
+    retired = int(resumed.session.retired)
     third = resumed.ask("and at last?")
-    assert third.cached_tokens >= second.prompt_tokens, "goes on from the same message"
+    assert retired + third.cached_tokens >= second.prompt_tokens, "goes on from the same message"
     assert third.timings.prefill_tokens < 64
 
 
@@ -656,7 +677,8 @@ def test_long_conversations_fed_from_nothing_keep_to_one_context(
     slid.set_system("Answer briefly.")
     result = slid.ask("and now?")
     assert result.timings.prefill_tokens <= 256 - 10 and slid.context_start > 0
-    assert slid.ask("more?").cached_tokens >= result.prompt_tokens
+    retired = int(slid.session.retired)
+    assert retired + slid.ask("more?").cached_tokens >= result.prompt_tokens
 
 
 def test_a_new_system_prompt_before_the_cache_slid_keeps_to_one_context(
@@ -689,6 +711,78 @@ def test_chat_says_how_much_of_a_long_refused_session_it_re_reads(
     assert int(prefill.split("prefill ")[1].split(" tok")[0]) <= 256, prefill
     exported = json.loads(spinkv_cli("sessions", "export", "long", "--format", "json").stdout)
     assert len(exported["messages"]) == 26, "the session keeps every message"
+
+
+ROOMY_KV = {**LONG_KV, "max_context": 512}
+"""The tiny model's whole context: a session saved under it resumes under LONG_KV refused (another
+context) and has to fit LONG_KV's 256 tokens."""
+LONG_SYSTEM = "You answer every question in full sentences. " * 7
+"""About 270 tokens as the tiny model's template renders it: over LONG_KV's prompt budget."""
+
+
+def saved_chat(model: LoadedModel, path: Path, system: str | None, message: str) -> Path:
+    """A one-turn chat saved at path under ROOMY_KV (greedy: the same file every run)."""
+    chat = model.chat(system, kv=ROOMY_KV, max_tokens=4)
+    chat.ask(message)
+    chat.save(path)
+    return path
+
+
+def test_a_resume_names_the_system_prompt_when_it_alone_leaves_no_room(
+    tiny: LoadedModel, tmp_path: Path
+) -> None:
+    from spinkv.chat.command import restore_note
+
+    path = saved_chat(tiny, tmp_path / "system.spkv", LONG_SYSTEM, "hi")
+    chat = tiny.chat(kv=LONG_KV, max_tokens=10)
+    outcome = chat.restore(path)
+    assert not outcome.reused and chat.system == LONG_SYSTEM
+    assert outcome.context_start == outcome.messages == 2, "no message fits"
+    assert outcome.prompt_budget == 256 - 10 < outcome.system_tokens < 256 + 32
+    assert outcome.system_overflows
+    note = restore_note("s", outcome)
+    assert "system prompt alone is" in note and "newest turn" not in note, note
+    assert "--max-context" in note and "--system" in note, note
+    # A system prompt given on resume is the one the messages are chosen beside.
+    brief = tiny.chat(kv=LONG_KV, max_tokens=10)
+    outcome = brief.restore(path, system="Be brief.")
+    assert brief.system == "Be brief." and not outcome.system_overflows
+    assert outcome.context_start == 0, "the whole conversation fits beside it"
+
+
+def test_a_resume_still_blames_a_newest_turn_too_long_for_the_context(
+    tiny: LoadedModel, tmp_path: Path
+) -> None:
+    from spinkv.chat.command import restore_note
+
+    path = saved_chat(tiny, tmp_path / "turn.spkv", "Be brief.", "a long question " * 20)
+    outcome = tiny.chat(kv=LONG_KV, max_tokens=10).restore(path)
+    assert not outcome.reused and outcome.context_start == outcome.messages == 2
+    assert 0 < outcome.system_tokens < outcome.prompt_budget and not outcome.system_overflows
+    note = restore_note("s", outcome)
+    assert "newest turn alone does not fit" in note and "system prompt" not in note, note
+
+
+def test_chat_resumed_with_a_context_too_small_for_its_system_prompt(
+    tiny: LoadedModel, tmp_path: Path, spinkv_home: Path
+) -> None:
+    path = session_path("sys")
+    path.parent.mkdir(parents=True)
+    saved_chat(tiny, path, LONG_SYSTEM, "hi")
+    greedy = ("-n", "4", "--temperature", "0", "--max-context", "256")
+    done = spinkv_cli("chat", *greedy, "--session", "sys", stdin="hello\n")
+    assert done.returncode == 0, done.stderr
+    assert "its system prompt alone is" in done.stderr, done.stderr
+    assert "raise --max-context or change the system prompt" in done.stderr, done.stderr
+    assert "newest turn" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "system prompt" in errors[0], done.stderr
+    # Following the note's advice: a shorter system prompt, and the chat answers.
+    done = spinkv_cli("chat", *greedy, "--session", "sys", "--system", "Be brief.", stdin="hi\n")
+    assert done.returncode == 0, done.stderr
+    assert "system prompt alone" not in done.stderr and "error:" not in done.stderr, done.stderr
+    assert "re-prefilled on the next turn" in done.stderr, done.stderr
+    assert "prefill" in done.stderr, "a turn was answered"
 
 
 def test_clear_is_a_deterministic_reset(tiny: LoadedModel) -> None:

@@ -20,6 +20,7 @@ from reference import Llama
 from safetensors.numpy import load_file, save_file
 from spinkv.errors import ModelNotFoundError
 from spinkv.models import store
+from spinkv.models.info import BrokenModel, ModelInfo
 from spinkv.models.store import (
     DEFAULT_MODEL,
     check_model_dir,
@@ -237,21 +238,22 @@ def test_list_info_remove(
     (broken / "config.json").unlink()
 
     infos = list_models()
-    assert [i.name for i in infos] == ["tiny", "tiny-tied"]
-    info = infos[0]
+    assert [i.name for i in infos] == ["broken", "tiny", "tiny-tied"]
+    assert isinstance(infos[0], BrokenModel) and "missing config.json" in infos[0].problem
+    info = infos[1]
     assert info.architecture == "LlamaForCausalLM"
     assert info.dtype == "float32"
     assert info.context_length == 512
     assert info.kv_bytes_per_token == 2 * 2 * 2 * 16 * 2
     assert info.size_bytes > (models / "tiny" / "model.safetensors").stat().st_size
-    assert infos[1].parameters == info.parameters - 300 * 64  # no lm_head
+    assert infos[2].parameters == info.parameters - 300 * 64  # no lm_head
     record = info.to_dict()
     assert record["path"] == str((models / "tiny").resolve())
     json.dumps(record)
 
     assert resolve_model("tiny") == (models / "tiny").resolve()
     remove_model("tiny")
-    assert [i.name for i in list_models()] == ["tiny-tied"]
+    assert [i.name for i in list_models()] == ["broken", "tiny-tied"]
     with pytest.raises(ModelNotFoundError):
         remove_model("tiny")
 
@@ -312,6 +314,136 @@ def test_list_and_info_flag_models_the_loader_would_refuse(
             model_info(models / name)
         with pytest.raises(SpinkvError, match=re.escape(named[0])):
             resolve_model(name)  # what `run` meets first: the same error, before loading
+
+
+def bad_template(model: Path) -> Path:
+    """The model with a chat template that does not compile."""
+    config_path = model / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = "{% for message in messages %}{{ message.content }"
+    config_path.write_text(json.dumps(config))
+    return model
+
+
+UNLOADABLE: dict[str, tuple[Callable[[Path], Any], str]] = {
+    "no-tokenizer": (lambda m: (m / "tokenizer.json").unlink(), "missing tokenizer.json"),
+    "no-config": (lambda m: (m / "config.json").unlink(), "missing config.json"),
+    "bad-tokenizer": (
+        lambda m: (m / "tokenizer.json").write_text('{"model": 5'),
+        "tokenizer.json",
+    ),
+    "bad-template": (bad_template, "chat template (tokenizer_config.json) does not compile"),
+}
+"""Store directories `run` refuses before it reads a weight: name -> (damage, what the error
+says)."""
+
+
+def test_list_and_info_flag_models_whose_other_files_run_refuses(
+    tiny_model_dir: Path, spinkv_home: Path
+) -> None:
+    import spinkv
+    from spinkv.errors import SpinkvError
+
+    models = spinkv_home / "models"
+    copy_model(tiny_model_dir, models / "fine")
+    for name, (damage, _) in UNLOADABLE.items():
+        damage(copy_model(tiny_model_dir, models / name))
+    listed = {info.name: info for info in list_models()}
+    assert sorted(listed) == sorted(["fine", *UNLOADABLE]), "none is left out"
+    assert isinstance(listed["fine"], ModelInfo)
+    for name, (_, says) in UNLOADABLE.items():
+        broken = listed[name]
+        assert isinstance(broken, BrokenModel), broken
+        assert says in broken.problem and "\n" not in broken.problem, broken.problem
+        with pytest.raises(SpinkvError) as shown:
+            model_info(models / name)
+        with pytest.raises(SpinkvError) as refused:
+            spinkv.load(name)  # what `spinkv run -m NAME` does
+        assert " ".join(str(shown.value).split()) == broken.problem
+        assert str(refused.value) == str(shown.value), "info says what run says"
+
+
+def test_list_loads_a_tokenizer_again_only_when_its_files_changed(
+    tiny_model_dir: Path, spinkv_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spinkv.models.checked import RECORD_FILE
+
+    models = spinkv_home / "models"
+    for name in ("a", "b"):
+        copy_model(tiny_model_dir, models / name)
+    checked: list[str] = []
+    real_check = store.check_tokenizer_and_template
+
+    def counted(model_dir: Path) -> None:
+        checked.append(Path(model_dir).name)
+        real_check(model_dir)
+
+    monkeypatch.setattr(store, "check_tokenizer_and_template", counted)
+    assert [type(i) for i in list_models()] == [ModelInfo, ModelInfo]
+    assert checked == ["a", "b"] and (models / RECORD_FILE).is_file()
+    assert [type(i) for i in list_models()] == [ModelInfo, ModelInfo]
+    assert checked == ["a", "b"], "unchanged: not loaded again"
+    # A tokenizer.json broken after it passed (another size, so whatever the clock's
+    # resolution its record no longer matches) is checked again and shown broken.
+    (models / "b" / "tokenizer.json").write_text('{"model": 5')
+    listed = list_models()
+    assert checked == ["a", "b", "b"]
+    assert isinstance(listed[1], BrokenModel) and "tokenizer.json" in listed[1].problem
+    assert isinstance(list_models()[1], BrokenModel) and checked[-2:] == ["b", "b"], (
+        "a failure is never taken from the record"
+    )
+    # A file of that name that is not our record is read past, never replaced.
+    (models / RECORD_FILE).write_text("not ours")
+    list_models()
+    assert (models / RECORD_FILE).read_text() == "not ours"
+
+
+def test_a_link_in_the_store_goes_by_its_own_name_and_rm_removes_only_the_link(
+    tiny_model_dir: Path, spinkv_home: Path, tmp_path: Path
+) -> None:
+    models = spinkv_home / "models"
+    outside = copy_model(tiny_model_dir, tmp_path / "elsewhere" / "tiny-v2")
+    inside = copy_model(tiny_model_dir, models / "tiny")
+    models.joinpath("mine").symlink_to(outside)
+    models.joinpath("short").symlink_to("tiny")  # relative, to another entry
+    models.joinpath("gone").symlink_to(tmp_path / "nowhere")
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+
+    listed = {info.name: info for info in list_models()}
+    assert sorted(listed) == ["gone", "mine", "short", "tiny"]
+    assert isinstance(listed["mine"], ModelInfo) and listed["mine"].path == outside.resolve()
+    assert isinstance(listed["short"], ModelInfo) and listed["short"].path == inside.resolve()
+    assert isinstance(listed["gone"], BrokenModel) and "does not exist" in listed["gone"].problem
+    assert resolve_model("mine") == outside.resolve()
+    with pytest.raises(ModelNotFoundError, match="a link to .*nowhere"):
+        resolve_model("gone")
+
+    assert remove_model("mine") == (models / "mine", outside)
+    assert not (models / "mine").is_symlink()
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before, "target untouched"
+    assert remove_model("short") == (models / "short", inside)
+    assert (inside / "model.safetensors").is_file()
+    assert remove_model("gone") == (models / "gone", tmp_path / "nowhere")
+    assert [info.name for info in list_models()] == ["tiny"]
+
+
+def test_an_import_forced_over_a_store_link_replaces_the_link_only(
+    make_gguf: Callable[..., Path], tiny_model_dir: Path, spinkv_home: Path, tmp_path: Path
+) -> None:
+    from spinkv.models.gguf_import import import_gguf
+
+    models = spinkv_home / "models"
+    models.mkdir(parents=True)
+    outside = copy_model(tiny_model_dir, tmp_path / "elsewhere")
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    models.joinpath("live").symlink_to(outside)
+    models.joinpath("gone").symlink_to(tmp_path / "nowhere")
+    gguf = make_gguf()
+    for name in ("live", "gone"):
+        assert import_gguf(gguf, name=name, replace=True) == models / name
+        assert (models / name).is_dir() and not (models / name).is_symlink()
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before, "target untouched"
+    assert sorted(p.name for p in models.iterdir()) == ["gone", "live"], "nothing left over"
 
 
 def test_check_model_dir_names_every_missing_file(tmp_path: Path) -> None:
@@ -396,7 +528,7 @@ def test_an_alias_held_by_a_store_directory_means_that_directory(
     legacy = copy_model(tiny_model_dir, models / "smollm2")
     registry_dir = copy_model(tiny_model_dir, models / DEFAULT_MODEL)
     assert resolve_model("smollm2") == legacy.resolve()
-    assert remove_model("smollm2") == legacy
+    assert remove_model("smollm2") == (legacy, None)
     assert not legacy.exists() and registry_dir.is_dir()
 
 

@@ -298,6 +298,8 @@ def test_a_sliding_chat_outlives_its_context(
     assert all(r["reason"] in ("stop", "length") and r["completion_tokens"] > 0 for r in replies)
     assert all(r["context_start"] == 0 for r in replies), [r["context_start"] for r in replies]
     assert replies[-1]["prompt_tokens"] > 256  # the rendering is longer than the context
+    # What slid out is part of the prompt but was not read from the cache.
+    assert 0 < replies[-1]["cached_tokens"] <= 256, [r["cached_tokens"] for r in replies]
     session = _ok(records[10])["session"]
     assert session["retired_tokens"] > 0 and session["cache_len"] <= 256, session
     assert session["tokens"] == session["retired_tokens"] + session["cache_len"]

@@ -286,7 +286,10 @@ class RestoreOutcome:
 
     messages: the transcript's messages (without the system prompt); context_start: the first
     of them the cache holds or, after a refused cache, the next turn re-reads (beyond 0 when
-    the conversation is longer than the context of a sliding chat).
+    the conversation is longer than the context of a sliding chat). After a refused cache in a
+    sliding chat, prompt_budget is the most tokens the rebuilt prompt may take (the context
+    less the reply's room) and system_tokens the system prompt's alone, as the template
+    renders it (0 otherwise).
     """
 
     reused: bool
@@ -296,6 +299,14 @@ class RestoreOutcome:
     turns: int = 0
     messages: int = 0
     context_start: int = 0
+    prompt_budget: int = 0
+    system_tokens: int = 0
+
+    @property
+    def system_overflows(self) -> bool:
+        """Whether the system prompt alone is over the prompt budget: then no message fits
+        beside it, whatever their length."""
+        return self.system_tokens > self.prompt_budget
 
 
 def _messages(prompt: Prompt, system: str | None) -> list[ChatMessage]:
@@ -645,16 +656,21 @@ class ChatSession:
             extra = self.model.identity_extra
             return int(self._session.save(str(path), transcript.to_json(), extra))
 
-    def restore(self, path: str | Path) -> RestoreOutcome:
+    def restore(self, path: str | Path, *, system: str | None = None) -> RestoreOutcome:
         """Replace this conversation with the one saved at path. Its KV pages are reused
         when their identity matches this chat's model, tokenizer, template, cache policy and
         runtime and every page checks out; otherwise the cache is refused (`outcome.reason`
         says why, `outcome.fields` names differing identity fields) and the next turn
         re-prefills the transcript — a sliding chat only the system prompt and the newest
         turns that fit when the transcript is longer than that (`outcome.context_start`).
-        Raises if the file itself is unreadable (this chat is then untouched)."""
+        system: a system prompt to go on with instead of the saved one (the turns that fit
+        are chosen beside it). Raises if the file itself is unreadable or `system` does not
+        fit the context (this chat is then untouched)."""
         from spinkv.sessions.store import read_transcript
 
+        if system is not None:
+            system = valid_text(system, "system prompt")
+            self._check_system(system)
         with self._exclusive():
             transcript, _ = read_transcript(Path(path))
             try:
@@ -669,7 +685,7 @@ class ChatSession:
             self._history = [
                 {"role": m["role"], "content": m["content"]} for m in transcript.messages
             ]
-            self.system = transcript.system
+            self.system = transcript.system if system is None else system
             self.created = transcript.created or None
             self._start, self._start_chosen = self._restored_start(outcome, transcript), True
             outcome.turns = transcript.turns
@@ -683,7 +699,17 @@ class ChatSession:
             return transcript.context_start
         if not self.slide:
             return 0
-        return self._fitting_start(None, prompt_budget(self.limit, self.max_tokens), 0)
+        outcome.prompt_budget = prompt_budget(self.limit, self.max_tokens)
+        outcome.system_tokens = self._rendered_system_tokens()
+        return self._fitting_start(None, outcome.prompt_budget, 0)
+
+    def _rendered_system_tokens(self) -> int:
+        """Tokens of the system prompt as the template renders it with no message (0 without
+        one)."""
+        try:
+            return len(self._render_from(len(self._history), None))
+        except InvalidInputError:  # past the template's output bound: count the text alone
+            return len(self.model.tokenize(self.system or ""))
 
     def _close_active(self) -> None:
         if self._active is not None and not self._active.finished:

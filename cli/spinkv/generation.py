@@ -42,7 +42,12 @@ def chunked(tokens: Sequence[int], size: int) -> Iterator[list[int]]:
 
 @dataclass
 class GenerationResult:
-    """One finished (or interrupted) reply."""
+    """One finished (or interrupted) reply.
+
+    cached_tokens: prompt tokens whose KV entries were reused from the cache. In a sliding
+    chat, tokens that slid out of the cache earlier are neither reused nor computed again, so
+    prompt_tokens = retired + cached_tokens + timings.prefill_tokens there.
+    """
 
     text: str
     token_ids: list[int]
@@ -121,7 +126,10 @@ class TextStream(Iterator[str]):
         except BaseException:
             session.rollback_turn()
             raise
-        self._cached = len(session)
+        # The prompt tokens the session holds by position: in a sliding chat some of them slid
+        # out of the cache, so only `_reused` of them were read from it this turn.
+        self._fed = len(session)
+        self._reused = int(session.cache_len)
         self._pieces = self._run()
 
     @property
@@ -165,7 +173,7 @@ class TextStream(Iterator[str]):
         failed = True
         session.reset_timings()
         try:
-            for chunk in chunked(spec.prompt_ids[self._cached :], PREFILL_BLOCK_TOKENS):
+            for chunk in chunked(spec.prompt_ids[self._fed :], PREFILL_BLOCK_TOKENS):
                 with watch.phase("prefill_ms"):
                     session.prefill(chunk)
                 timings.prefill_tokens += len(chunk)
@@ -216,7 +224,7 @@ class TextStream(Iterator[str]):
             text=detokenizer.text,
             token_ids=list(detokenizer.tokens),
             prompt_tokens=len(self._spec.prompt_ids),
-            cached_tokens=self._cached,
+            cached_tokens=self._reused,
             finish_reason=reason,
             timings=timings,
         )

@@ -362,9 +362,7 @@ def chat(
     if saved is not None and path is not None and session is not None:
         from spinkv.sessions.store import restore_chat
 
-        outcome = restore_chat(chat_session, path)
-        if system is not None:
-            chat_session.set_system(system)
+        outcome = restore_chat(chat_session, path, system=system)
         if not quiet or not outcome.reused:
             print_note(restore_note(session, outcome))
     with LineHistory.for_chat(enabled=sys.stdin.isatty()):
@@ -413,6 +411,13 @@ def re_prefill_note(outcome: RestoreOutcome) -> str:
     if outcome.context_start == 0:
         return "the transcript is re-prefilled on the next turn"
     newest, total = outcome.messages - outcome.context_start, outcome.messages
+    if newest == 0 and outcome.system_overflows:
+        return (
+            f"its system prompt alone is {outcome.system_tokens} tokens, more than the "
+            f"{outcome.prompt_budget} this context leaves beside the reply: the next turn "
+            f"re-reads none of its {total} messages (the session keeps them); raise "
+            "--max-context or change the system prompt (--system, or /system in the chat)"
+        )
     if newest == 0:
         return (
             "the conversation is longer than the context and its newest turn alone does not "

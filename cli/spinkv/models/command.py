@@ -98,10 +98,10 @@ def info(
     json_output: opt.JsonOption = False,
 ) -> None:
     """Details of one model (a .gguf file not imported yet is read without adding it)."""
-    from spinkv.models.store import model_info, viewed_model
+    from spinkv.models.store import model_info, store_entry_name, viewed_model
 
     with viewed_model(name) as path:
-        details = model_info(path)
+        details = model_info(path, name=store_entry_name(name))
     if json_output:
         _print_json(details.to_dict())
         return
@@ -110,11 +110,14 @@ def info(
 
 @app.command("rm")
 def remove(name: Annotated[str, typer.Argument(help="A model name in the store.")]) -> None:
-    """Delete a model from the store."""
+    """Delete a model from the store (a link in it: the link only)."""
     from spinkv.models.store import remove_model
 
-    path = remove_model(name)
-    print_note(f"removed {path}")
+    path, link_target = remove_model(name)
+    if link_target is None:
+        print_note(f"removed {path}")
+    else:
+        print_note(f"removed the link {path} (its target {link_target} is kept)")
 
 
 def models_table(infos: list[Any]) -> Table:

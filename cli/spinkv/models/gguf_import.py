@@ -725,11 +725,14 @@ def place_atomically(dest: Path, fill: Callable[[Path], None]) -> Path:
     tmp.mkdir()
     try:
         fill(tmp)
-        if dest.exists():
+        if dest.exists() or dest.is_symlink():
             old = temp_dir_for(dest, "old")
             os.replace(dest, old)
             os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_symlink():  # a link is replaced, never what it points at
+                old.unlink()
+            else:
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, dest)
     except BaseException:

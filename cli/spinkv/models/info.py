@@ -3,7 +3,9 @@
 The runtime inspects the directory (`_native.inspect_model`: config.json and the safetensors
 headers, never the tensor data) with the same rules it loads by, so `models info` describes
 exactly the files `run` would load, and a model `run` would refuse (a tensor missing, or stored
-in a dtype the loader does not take) is the loader's error here too.
+in a dtype the loader does not take) is the loader's error here too. The tokenizer and chat
+template are loaded as `run` loads them (`check_tokenizer_and_template`), so a tokenizer.json
+that does not parse or a template that does not compile is `run`'s error as well.
 """
 
 from __future__ import annotations
@@ -90,6 +92,17 @@ def inspect(model_dir: Path) -> dict[str, Any]:
     from spinkv import _native
 
     return dict(_native.inspect_model(str(model_dir)))
+
+
+def check_tokenizer_and_template(model_dir: Path) -> None:
+    """Load model_dir's tokenizer and compile its chat template as `spinkv run` does, raising
+    the error `run` would (a tokenizer.json that does not parse, special-token ids outside its
+    vocabulary, a template that does not compile)."""
+    from spinkv.chat_template import load_chat_template
+    from spinkv.tokenizer import load_tokenizer
+
+    load_tokenizer(model_dir)
+    load_chat_template(model_dir)
 
 
 def model_info(path: Path, name: str | None = None) -> ModelInfo:

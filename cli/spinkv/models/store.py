@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spinkv.errors import InvalidInputError, ModelNotFoundError, SpinkvError
+from spinkv.errors import InvalidInputError, ModelNotFoundError, SpinkvError, one_line
+from spinkv.models.checked import CheckedModels, file_keys
 from spinkv.models.gguf_import import IMPORT_FORMAT, import_gguf, source_record, store_name_for
 from spinkv.models.gguf_import import SOURCE_FILE as SOURCE_MARKER
-from spinkv.models.info import BrokenModel, ModelInfo, weight_files
+from spinkv.models.info import BrokenModel, ModelInfo, check_tokenizer_and_template, weight_files
 from spinkv.models.info import model_info as read_model_info
 from spinkv.util.progress import current
 
@@ -455,11 +456,13 @@ def resolve_model(spec: str | None) -> Path:
         stored = models_dir() / spec
         if stored.is_dir():
             return check_model_dir(stored)
+        if stored.is_symlink():
+            raise ModelNotFoundError(f"model {spec!r} in the store is {_dead_link(stored)}")
     if _looks_like_path(spec):
         raise ModelNotFoundError(f"no such model directory or file: {spec}")
     if _HF_REPO_RE.match(spec):
         return hf_snapshot(spec)
-    stored_names = [m.name for m in list_models()]
+    stored_names = store_names()
     raise ModelNotFoundError(
         f"unknown model {spec!r}: not a directory, a .gguf file, a store name "
         f"({', '.join(stored_names) or 'store is empty'}; registry: {', '.join(known_names())})"
@@ -498,30 +501,90 @@ def _display_name(path: Path) -> str:
     return path.name
 
 
-def model_info(path: Path) -> ModelInfo:
-    """Name, architecture, parameters, dtype, size, context and KV bytes/token of a model."""
-    return read_model_info(check_model_dir(Path(path)), name=_display_name(Path(path)))
+def model_info(
+    path: Path, name: str | None = None, *, checked: CheckedModels | None = None
+) -> ModelInfo:
+    """Name, architecture, parameters, dtype, size, context and KV bytes/token of a model
+    (name: by default its store name, "org/name" for an HF snapshot, else the directory's).
+    Raises the error `spinkv run` would for a model it refuses, in the order `run` meets them:
+    a file missing, a tokenizer or chat template that does not load, weights the loader does
+    not take. With `checked`, a tokenizer and template that passed unchanged are not loaded
+    again."""
+    model_dir = check_model_dir(Path(path))
+    keys = file_keys(model_dir)
+    if checked is None or not checked.passed(model_dir, keys):
+        check_tokenizer_and_template(model_dir)
+        if checked is not None:
+            checked.record_pass(model_dir, keys)
+    return read_model_info(model_dir, name=name or _display_name(Path(path)))
 
 
-def list_models() -> list[ModelInfo | BrokenModel]:
-    """Every complete model in the store, by name: its ModelInfo, or a BrokenModel with the
-    runtime's reason when it would not load (a tensor missing or in a dtype the loader does not
-    take, a corrupt header, a bad config.json). Incomplete directories (config.json, tokenizer
-    or weights missing) are skipped."""
+def _store_entries() -> list[Path]:
+    """The store's entries: its directories and links, sorted, without hidden ones (imports
+    under way, records)."""
     root = models_dir()
     if not root.is_dir():
         return []
+    return [
+        child
+        for child in sorted(root.iterdir())
+        if not child.name.startswith(".") and (child.is_dir() or child.is_symlink())
+    ]
+
+
+def link_target(link: Path) -> Path:
+    """Where a link points (a relative target is relative to the link's directory)."""
+    return Path(os.path.normpath(link.parent / os.readlink(link)))
+
+
+def _dead_link(link: Path) -> str:
+    """What is wrong with a link that does not lead to a directory."""
+    target = link_target(link)
+    return f"a link to {target}, which " + (
+        "is not a directory" if target.exists() else "does not exist"
+    )
+
+
+def store_names() -> list[str]:
+    """The names of the store's entries, without looking inside them."""
+    return [entry.name for entry in _store_entries()]
+
+
+def list_models() -> list[ModelInfo | BrokenModel]:
+    """Every entry of the store by its own name (a link's, not its target's): its ModelInfo,
+    or a BrokenModel with the reason `run` would refuse it (a file missing, a tokenizer.json
+    that does not load, a chat template that does not compile, a tensor missing or in a dtype
+    the loader does not take, a corrupt header, a bad config.json). Hidden entries (imports
+    under way, records) and plain files are not models."""
+    entries = _store_entries()
+    if not entries:
+        return []
+    checked = CheckedModels(models_dir())
     infos: list[ModelInfo | BrokenModel] = []
-    for child in sorted(root.iterdir()):
-        if child.name.startswith(".") or not child.is_dir():
-            continue
+    for child in entries:
         try:
-            infos.append(model_info(child))
-        except ModelNotFoundError:
-            continue
+            if child.is_symlink() and not child.is_dir():
+                raise ModelNotFoundError(_dead_link(child))
+            infos.append(model_info(child, name=child.name, checked=checked))
         except SpinkvError as exc:
-            infos.append(BrokenModel(name=child.name, path=child.resolve(), problem=str(exc)))
+            problem = one_line(exc)
+            infos.append(BrokenModel(name=child.name, path=child.resolve(), problem=problem))
+    checked.save()
     return infos
+
+
+def store_entry_name(spec: str) -> str | None:
+    """The store entry `spec` names, when `--model spec` means that entry (a link in the
+    store keeps its own name, not its target's); None for a path, registry name or repo id."""
+    from spinkv.util.names import is_valid_name
+
+    spec = spec.strip()
+    if Path(spec).expanduser().exists() or not is_valid_name(spec):
+        return None
+    entry = registry_entry(spec)
+    if entry is not None and not _stored_under_alias(spec, entry):
+        return None
+    return spec if (models_dir() / spec).is_dir() else None
 
 
 def _stored_under_alias(name: str, entry: RegistryEntry) -> bool:
@@ -532,14 +595,20 @@ def _stored_under_alias(name: str, entry: RegistryEntry) -> bool:
     return name != entry.name and is_valid_name(name) and (models_dir() / name).is_dir()
 
 
-def remove_model(name: str) -> Path:
-    """Delete a model from the store; returns the path it had. Only a model directory
-    directly inside the store is removed: the name is checked like a session name, and the
-    directory must be a real one (not a link) that holds a config.json or spinkv.json."""
+def remove_model(name: str) -> tuple[Path, Path | None]:
+    """Delete a model from the store; returns the path it had and, for a link, what the link
+    pointed at (kept). Only an entry directly inside the store is removed: the name is checked
+    like a session name; a link is removed itself, never what it points at; a directory must
+    hold a config.json or spinkv.json."""
     import shutil
 
-    from spinkv.util.names import check_name
+    from spinkv.util.names import check_name, is_valid_name
 
+    link = models_dir() / name
+    if is_valid_name(name) and link.is_symlink():
+        target = link_target(link)
+        link.unlink()
+        return link, target
     entry = registry_entry(name)
     if entry is not None and not _stored_under_alias(name, entry):
         name = entry.name
@@ -552,4 +621,4 @@ def remove_model(name: str) -> Path:
             f"{path} does not look like a model directory (no config.json): not removed"
         )
     shutil.rmtree(path)
-    return path
+    return path, None

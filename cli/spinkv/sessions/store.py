@@ -436,11 +436,11 @@ def save_chat(chat: ChatSession, path: Path) -> int:
     return path.stat().st_size
 
 
-def restore_chat(chat: ChatSession, path: Path) -> Any:
+def restore_chat(chat: ChatSession, path: Path, *, system: str | None = None) -> Any:
     """Loads the session file at path into chat under the shared lock (see ChatSession.restore
-    for the outcome)."""
+    for the outcome and `system`)."""
     with locked(path, exclusive=False):
-        return chat.restore(path)
+        return chat.restore(path, system=system)
 
 
 # ---- prompt caches (`spinkv run --prompt-cache FILE`) ---------------------------------------

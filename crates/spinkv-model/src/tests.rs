@@ -867,6 +867,54 @@ fn inspection_refuses_every_dtype_the_loader_refuses() {
     assert_inspection_agrees_with_the_loader(&dir.0);
 }
 
+/// A safetensors file's bytes with one tensor's header `dtype` replaced by `dtype` (any JSON:
+/// a name the format does not define, say); the tensor data stays as it was.
+fn with_header_dtype(file: &[u8], tensor: &str, dtype: serde_json::Value) -> Vec<u8> {
+    let len = u64::from_le_bytes(file[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&file[8..8 + len]).unwrap();
+    header[tensor]["dtype"] = dtype;
+    let mut json = serde_json::to_vec(&header).unwrap();
+    json.resize(json.len().next_multiple_of(8), b' ');
+    [
+        &(json.len() as u64).to_le_bytes()[..],
+        &json,
+        &file[8 + len..],
+    ]
+    .concat()
+}
+
+#[test]
+fn a_dtype_the_format_does_not_define_is_one_line_naming_the_tensor() {
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("config.json"), config_json(false)).unwrap();
+    let tensor = "model.layers.1.mlp.up_proj.weight";
+    let valid = serialize_with_dtype(&tiny_tensors(false), tensor, Dtype::U8);
+    for (dtype, shown) in [
+        (serde_json::json!("Q4_K"), "Q4_K"),
+        (serde_json::json!(4), "4"),
+    ] {
+        let bytes = with_header_dtype(&valid, tensor, dtype);
+        std::fs::write(dir.0.join("model.safetensors"), &bytes).unwrap();
+        let expected = format!(
+            "tensor {tensor} in model.safetensors has dtype {shown}; \
+             spinkv reads F16, BF16, F32 or Q8_0 (I8)"
+        );
+        assert_eq!(inspect(&dir.0).unwrap_err().to_string(), expected);
+        assert_eq!(load_err(&dir.0).to_string(), expected);
+        let files = vec![(
+            "model.safetensors".to_string(),
+            WeightBytes::copy_from(&bytes).unwrap(),
+        )];
+        let err = Model::from_bytes("tiny", &config_json(false), files)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, ModelError::UnsupportedDtype { name, dtype, .. } if name == tensor && dtype == shown),
+            "{err}"
+        );
+    }
+}
+
 /// Property: removing any one tensor, or storing it in any dtype, gives the same verdict from
 /// `inspect` (headers only) as from `Model::load`, untied and tied.
 #[test]

@@ -190,6 +190,11 @@ pub(crate) struct Header {
 pub(crate) enum HeaderError {
     Io(std::io::Error),
     Invalid(String),
+    /// A tensor whose dtype the safetensors format does not define.
+    UnknownDtype {
+        tensor: String,
+        dtype: String,
+    },
 }
 
 /// The largest header the safetensors parser accepts.
@@ -220,8 +225,11 @@ pub(crate) fn read_header(mut file: &std::fs::File) -> Result<Header, HeaderErro
     }
     let mut header = vec![0u8; header_len as usize];
     file.read_exact(&mut header).map_err(HeaderError::Io)?;
-    let metadata: safetensors::tensor::Metadata = serde_json::from_slice(&header)
-        .map_err(|e| HeaderError::Invalid(format!("its header is not valid: {e}")))?;
+    let metadata: safetensors::tensor::Metadata =
+        serde_json::from_slice(&header).map_err(|e| match unknown_dtype(&header) {
+            Some((tensor, dtype)) => HeaderError::UnknownDtype { tensor, dtype },
+            None => HeaderError::Invalid(format!("its header is not valid: {e}")),
+        })?;
     let described = 8 + header_len + metadata.data_len() as u64;
     if described != len {
         return Err(HeaderError::Invalid(format!(
@@ -245,7 +253,43 @@ pub(crate) fn header_error(path: &Path, error: HeaderError) -> ModelError {
             path: path.to_path_buf(),
             reason,
         },
+        HeaderError::UnknownDtype { tensor, dtype } => ModelError::UnsupportedDtype {
+            name: tensor,
+            file: file_name(path),
+            dtype,
+        },
     }
+}
+
+/// The first tensor (by name) of a safetensors header's JSON whose dtype the format does not
+/// define, with that dtype as written. serde's own error for it lists every dtype the format
+/// knows, most of which the loader does not read either.
+fn unknown_dtype(header_json: &[u8]) -> Option<(String, String)> {
+    let entries: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(header_json).ok()?;
+    entries
+        .into_iter()
+        .filter(|(name, _)| name != "__metadata__")
+        .find_map(|(name, entry)| {
+            let dtype = entry.get("dtype")?;
+            let known = serde_json::from_value::<Dtype>(dtype.clone()).is_ok();
+            let shown = dtype
+                .as_str()
+                .map_or_else(|| dtype.to_string(), str::to_string);
+            (!known).then_some((name, shown))
+        })
+}
+
+/// The header JSON of a safetensors file's bytes (empty when its length word does not fit).
+fn header_json(bytes: &[u8]) -> &[u8] {
+    let declared = bytes
+        .get(..8)
+        .and_then(|word| word.try_into().ok())
+        .map(u64::from_le_bytes)
+        .and_then(|len| usize::try_from(len).ok());
+    declared
+        .and_then(|len| bytes.get(8..len.checked_add(8)?))
+        .unwrap_or_default()
 }
 
 pub(crate) struct Weights {
@@ -356,11 +400,17 @@ impl Weights {
         let mut file_bytes = 0;
         for (shard, (path, map)) in files.iter().zip(&shards).enumerate() {
             file_bytes += map.len() as u64;
-            let (header_len, metadata) =
-                SafeTensors::read_metadata(map).map_err(|e| ModelError::Safetensors {
-                    path: path.clone(),
-                    reason: format!("{e:?}"),
-                })?;
+            let (header_len, metadata) = SafeTensors::read_metadata(map).map_err(|e| {
+                match unknown_dtype(header_json(map)) {
+                    Some((tensor, dtype)) => {
+                        header_error(path, HeaderError::UnknownDtype { tensor, dtype })
+                    }
+                    None => ModelError::Safetensors {
+                        path: path.clone(),
+                        reason: format!("{e:?}"),
+                    },
+                }
+            })?;
             let header = Header {
                 data_start: 8 + header_len,
                 metadata,

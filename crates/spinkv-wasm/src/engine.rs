@@ -861,9 +861,12 @@ impl Engine {
         }
         let session = &mut chat.session;
         session.reset_timings();
-        let cached = reuse_prefix(session, &prompt_ids).map_err(|e| invalid(e.0))?;
+        let fed = reuse_prefix(session, &prompt_ids).map_err(|e| invalid(e.0))?;
+        // Of the prompt tokens the session holds, those that slid out were not read from the
+        // cache: only the cache's own count was.
+        let cached = session.cache_len();
         session.checkpoint();
-        for block in prompt_ids[cached..].chunks(PREFILL_BLOCK_TOKENS) {
+        for block in prompt_ids[fed..].chunks(PREFILL_BLOCK_TOKENS) {
             if let Err(err) = session.prefill(block, false) {
                 session.rollback_turn();
                 return Err(model_error(err));
