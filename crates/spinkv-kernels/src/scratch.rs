@@ -23,6 +23,20 @@ pub fn with_floats<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     }
 }
 
+/// Runs `f` on this thread's reusable buffer in `cell` (what an earlier call left in it: the
+/// caller sizes and fills what it reads). A re-entrant call on the same thread (none today)
+/// gets a fresh buffer of its own instead of panicking.
+#[inline]
+pub(crate) fn with_reused<T, R>(
+    cell: &'static std::thread::LocalKey<std::cell::RefCell<Vec<T>>>,
+    f: impl FnOnce(&mut Vec<T>) -> R,
+) -> R {
+    cell.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => f(&mut buffer),
+        Err(_) => f(&mut Vec::new()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -33,5 +47,23 @@ mod tests {
                 assert!(x.iter().all(|&v| v == 0.0));
             });
         }
+    }
+
+    thread_local! {
+        static CELL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    #[test]
+    fn reused_buffers_keep_their_contents_and_nest() {
+        super::with_reused(&CELL, |outer| {
+            outer.push(7);
+            // Nested on the same thread: a fresh buffer, the outer one untouched.
+            super::with_reused(&CELL, |inner| {
+                assert!(inner.is_empty());
+                inner.push(1);
+            });
+            assert_eq!(outer.as_slice(), [7]);
+        });
+        super::with_reused(&CELL, |again| assert_eq!(again.as_slice(), [7]));
     }
 }

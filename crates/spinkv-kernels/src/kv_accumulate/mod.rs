@@ -299,14 +299,7 @@ pub(crate) fn accumulate_grid_rows(
 ) {
     let d = row.len();
     let n_qh = acc.len() / d;
-    GRID_SCRATCH.with(|cell| {
-        // A re-entrant call on this thread (none today) would get its own buffer.
-        let mut own = Vec::new();
-        let mut borrowed = cell.try_borrow_mut();
-        let scratch = match borrowed.as_mut() {
-            Ok(scratch) => &mut **scratch,
-            Err(_) => &mut own,
-        };
+    crate::scratch::with_reused(&GRID_SCRATCH, |scratch| {
         scratch.resize(n_qh * (d + grid::CHUNK + 1), 0.0);
         let (sums, rest) = scratch.split_at_mut(n_qh * d);
         let (ws, factors) = rest.split_at_mut(n_qh * grid::CHUNK);

@@ -55,13 +55,7 @@ pub(super) unsafe fn try_accumulate(
         return false;
     };
     let vectors = d.div_ceil(8);
-    BLOCK.with(|cell| {
-        let mut own = Vec::new();
-        let mut borrowed = cell.try_borrow_mut();
-        let block = match borrowed.as_mut() {
-            Ok(block) => &mut **block,
-            Err(_) => &mut own,
-        };
+    crate::scratch::with_reused(&BLOCK, |block| {
         if block.len() < CHUNK * vectors {
             block.resize(CHUNK * vectors, u16x8_splat(0));
         }
