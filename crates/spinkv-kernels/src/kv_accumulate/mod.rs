@@ -161,6 +161,18 @@ pub(crate) unsafe fn accumulate_code_pages_on(
             return;
         }
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if isa == Isa::Simd128 && page_rows.is_multiple_of(grid::CHUNK) {
+        // SAFETY: SIMD128 (the caller vouches for `isa`); shapes checked.
+        let done = unsafe {
+            quad::accumulate_pages(
+                pages, page_rows, layout, levels, scales, weights, stride, acc,
+            )
+        };
+        if done {
+            return;
+        }
+    }
     for (p, page) in pages.iter().enumerate().take(rows.div_ceil(page_rows)) {
         let first = p * page_rows;
         let r = CodedRows::new(

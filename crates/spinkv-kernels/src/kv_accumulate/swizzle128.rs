@@ -15,7 +15,8 @@ use core::arch::wasm32::*;
 use super::super::any_weight;
 use super::super::grid::{self, GridLevels, CHUNK};
 use crate::codes::swizzle128::Plan;
-use crate::codes::CodedRows;
+use crate::codes::{CodeLayout, CodedRows, Levels};
+use crate::round::round_even;
 
 /// Largest head dim taken (the block buffer lives on the stack).
 const MAX_DIM: usize = 256;
@@ -23,47 +24,60 @@ const MAX_DIM: usize = 256;
 /// in registers).
 const TILE_Q: usize = 3;
 
-/// The scan (see the module); `false` for layouts it does not take (not on the grid, a
-/// segment that does not start on a byte or on a multiple of 8 channels, rows shorter than
-/// 16 bytes, head dims above 256), which the generic row loop scores.
-///
-/// # Safety
-/// SIMD128 (this build has it); shapes as checked by `super::accumulate_codes`.
-pub(super) unsafe fn try_accumulate(
-    r: CodedRows<'_>,
-    grid: &GridLevels,
-    weights: &[f32],
-    stride: usize,
-    acc: &mut [f32],
-) -> bool {
-    let layout = r.layout;
-    let d = layout.d;
-    let Some([hi, lo]) = layout.segments() else {
-        return false;
-    };
-    if d == 0 || d > MAX_DIM {
-        return false;
-    }
-    let bytes = layout.bytes();
-    let levels = grid.levels();
-    // Grid levels are integers of at most 127 in magnitude: exact as int8.
-    let table = |t: &[f32]| -> [i8; 16] { core::array::from_fn(|i| t[i] as i8) };
-    let (Some(hi_plan), Some(lo_plan)) = (
-        Plan::new(hi.len, hi.width, hi.byte, bytes, &table(levels.hi), 0),
-        Plan::new(lo.len, lo.width, lo.byte, bytes, &table(levels.lo), hi.len),
-    ) else {
-        return false;
-    };
-    let vectors = d.div_ceil(8);
-    crate::scratch::with_reused(&BLOCK, |block| {
-        if block.len() < CHUNK * vectors {
-            block.resize(CHUNK * vectors, u16x8_splat(0));
+/// What a run of calls with one layout and codebook shares: the grid and the two groups' cuts.
+pub(super) struct Setup {
+    grid: GridLevels,
+    vectors: usize,
+    hi_plan: Plan,
+    lo_plan: Plan,
+}
+
+impl Setup {
+    /// `None` for layouts this scan does not take (not on the grid, a segment that does not
+    /// start on a byte or on a multiple of 8 channels, rows shorter than 16 bytes, head dims
+    /// above 256), which the generic row loop scores.
+    pub(super) fn new(layout: &CodeLayout, levels: Levels<'_>) -> Option<Self> {
+        let d = layout.d;
+        let [hi, lo] = layout.segments()?;
+        if d == 0 || d > MAX_DIM {
+            return None;
         }
-        let rows = Rows { r, grid, vectors, hi_plan, lo_plan };
-        // SAFETY: this build has SIMD128 (caller).
-        unsafe { accumulate_chunks(&rows, &mut block[..CHUNK * vectors], weights, stride, acc) };
-    });
-    true
+        let grid = GridLevels::new(layout, levels)?;
+        let bytes = layout.bytes();
+        let on_grid = grid.levels();
+        // Grid levels are integers of at most 127 in magnitude: exact as int8.
+        let table = |t: &[f32]| -> [i8; 16] { core::array::from_fn(|i| t[i] as i8) };
+        let hi_plan = Plan::new(hi.len, hi.width, hi.byte, bytes, &table(on_grid.hi), 0)?;
+        let lo_plan = Plan::new(lo.len, lo.width, lo.byte, bytes, &table(on_grid.lo), hi.len)?;
+        Some(Setup {
+            grid,
+            vectors: d.div_ceil(8),
+            hi_plan,
+            lo_plan,
+        })
+    }
+
+    /// The scan (see the module) of `r`'s rows, chunks from its first row on.
+    ///
+    /// # Safety
+    /// SIMD128 (this build has it); `r` of the layout this was set up for; shapes as checked by
+    /// `super::accumulate_codes`.
+    pub(super) unsafe fn accumulate(
+        &self,
+        r: CodedRows<'_>,
+        weights: &[f32],
+        stride: usize,
+        acc: &mut [f32],
+    ) {
+        let vectors = self.vectors;
+        crate::scratch::with_reused(&BLOCK, |block| {
+            if block.len() < CHUNK * vectors {
+                block.resize(CHUNK * vectors, u16x8_splat(0));
+            }
+            // SAFETY: this build has SIMD128 (caller).
+            unsafe { accumulate_chunks(self, r, &mut block[..CHUNK * vectors], weights, stride, acc) };
+        })
+    }
 }
 
 thread_local! {
@@ -73,25 +87,46 @@ thread_local! {
     static BLOCK: std::cell::RefCell<Vec<v128>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// What [`accumulate_chunks`] reads besides the weights.
-struct Rows<'a> {
-    r: CodedRows<'a>,
-    grid: &'a GridLevels,
-    vectors: usize,
-    hi_plan: Plan,
-    lo_plan: Plan,
+/// [`grid::quantize_chunk`] with the largest magnitude found four lanes at a time: `f32::max`
+/// compiles to a call of libm's `fmaxf` on wasm32 (its NaN rule is not `f32x4.max`'s), which
+/// took ~5 % of a browser decode at depth 4,096. For finite weights the same largest value,
+/// so the same grid.
+#[inline(always)]
+fn quantize_chunk(ws: &mut [f32; CHUNK], level_step: f32) -> f32 {
+    let mut m = f32x4_splat(0.0);
+    for four in ws.chunks_exact(4) {
+        // SAFETY: `four` holds 4 floats.
+        let v = unsafe { v128_load(four.as_ptr() as *const v128) };
+        m = f32x4_max(m, f32x4_abs(v));
+    }
+    let m = f32x4_max(m, i32x4_shuffle::<2, 3, 0, 1>(m, m));
+    let m = f32x4_max(m, i32x4_shuffle::<1, 0, 3, 2>(m, m));
+    let largest = f32x4_extract_lane::<0>(m);
+    match grid::weight_scale(largest) {
+        Some(to_grid) => {
+            for w in ws.iter_mut() {
+                *w = round_even(*w * to_grid);
+            }
+            grid::chunk_factor(largest, level_step)
+        }
+        None => {
+            ws.fill(0.0);
+            0.0
+        }
+    }
 }
 
 /// # Safety
 /// SIMD128.
 unsafe fn accumulate_chunks(
-    rows_in: &Rows<'_>,
+    setup: &Setup,
+    r: CodedRows<'_>,
     block: &mut [v128],
     weights: &[f32],
     stride: usize,
     acc: &mut [f32],
 ) {
-    let Rows { r, grid, vectors, ref hi_plan, ref lo_plan } = *rows_in;
+    let (grid, vectors) = (&setup.grid, setup.vectors);
     let d = r.layout.d;
     let bytes = r.layout.bytes();
     let n_qh = acc.len() / d;
@@ -113,7 +148,7 @@ unsafe fn accumulate_chunks(
         for (t, row_levels) in block.chunks_exact_mut(vectors).enumerate().take(nc) {
             if live & 1 << t != 0 {
                 let row = &r.codes[(c0 + t) * bytes..(c0 + t + 1) * bytes];
-                for plan in [hi_plan, lo_plan].into_iter().filter(|p| p.groups > 0) {
+                for plan in [&setup.hi_plan, &setup.lo_plan].into_iter().filter(|p| p.groups > 0) {
                     plan.place(row, row_levels);
                 }
             }
@@ -127,7 +162,8 @@ unsafe fn accumulate_chunks(
                 for ((q, w), s) in ws.iter_mut().zip(w).zip(&r.scales[c0..c0 + nc]) {
                     *q = w * s;
                 }
-                *factor = grid::quantize_chunk(&mut ws[..nc], grid.step);
+                // Rows past `nc` are 0 and leave the largest as it is.
+                *factor = quantize_chunk(&mut ws, grid.step);
                 // Grid weights are integers of at most 127 in magnitude: exact as int16.
                 for (p, pair) in pair.iter_mut().enumerate() {
                     let (a, b) = (ws[2 * p] as i16, ws[2 * p + 1] as i16);
