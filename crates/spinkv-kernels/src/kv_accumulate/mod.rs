@@ -186,6 +186,22 @@ pub(crate) unsafe fn accumulate_code_pages_on(
     }
 }
 
+/// Bit `t` set when row `first + t` (of `n <= 32`) has a non-zero weight for some of the
+/// `n_qh` query heads: which rows of a grid chunk a scan decodes.
+#[inline(always)]
+pub(crate) fn live_rows(
+    weights: &[f32],
+    stride: usize,
+    n_qh: usize,
+    first: usize,
+    n: usize,
+) -> u32 {
+    debug_assert!(n <= 32);
+    (0..n)
+        .filter(|&t| any_weight(weights, stride, n_qh, first + t))
+        .fold(0u32, |bits, t| bits | 1 << t)
+}
+
 /// Whether token `j` has a non-zero weight for any of the `n_qh` query heads.
 #[inline(always)]
 pub(crate) fn any_weight(weights: &[f32], stride: usize, n_qh: usize, j: usize) -> bool {
@@ -353,10 +369,7 @@ fn grid_chunks(
     for c0 in (0..rows).step_by(grid::CHUNK) {
         let nc = (rows - c0).min(grid::CHUNK);
         crate::prefetch::pump_rows(nc);
-        // Bit t: row c0 + t has a non-zero weight for some head (nc <= 32).
-        let live = (0..nc)
-            .filter(|&t| any_weight(weights, stride, n_qh, c0 + t))
-            .fold(0u32, |bits, t| bits | 1 << t);
+        let live = live_rows(weights, stride, n_qh, c0, nc);
         if live == 0 {
             continue;
         }

@@ -12,7 +12,7 @@
 
 use core::arch::wasm32::*;
 
-use super::super::any_weight;
+use super::super::live_rows;
 use super::super::grid::{self, GridLevels, CHUNK};
 use crate::codes::swizzle128::Plan;
 use crate::codes::{CodeLayout, CodedRows, Levels};
@@ -139,9 +139,7 @@ unsafe fn accumulate_chunks(
     for c0 in (0..rows).step_by(CHUNK) {
         let nc = (rows - c0).min(CHUNK);
         crate::prefetch::pump_rows(nc);
-        let live = (0..nc)
-            .filter(|&t| any_weight(weights, stride, n_qh, c0 + t))
-            .fold(0u32, |bits, t| bits | 1 << t);
+        let live = live_rows(weights, stride, n_qh, c0, nc);
         if live == 0 {
             continue;
         }
