@@ -511,10 +511,12 @@ def model_info(
     not take. With `checked`, a tokenizer and template that passed unchanged are not loaded
     again."""
     model_dir = check_model_dir(Path(path))
-    keys = file_keys(model_dir)
-    if checked is None or not checked.passed(model_dir, keys):
+    if checked is None:
         check_tokenizer_and_template(model_dir)
-        if checked is not None:
+    else:
+        keys = file_keys(model_dir)
+        if not checked.passed(model_dir, keys):
+            check_tokenizer_and_template(model_dir)
             checked.record_pass(model_dir, keys)
     return read_model_info(model_dir, name=name or _display_name(Path(path)))
 
