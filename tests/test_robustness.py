@@ -72,6 +72,23 @@ def test_1_models_rm_refuses_a_directory_that_is_not_a_model(spinkv_home: Path) 
     assert (odd / "mine.txt").read_text() == "keep me"
 
 
+def test_1_models_rm_removes_a_download_cut_short(spinkv_home: Path) -> None:
+    """`models list` shows a directory without config.json as broken; `rm` must clear it when
+    it holds only a model's files, and still keep any directory holding something else."""
+    cut = spinkv_home / "models" / "cut"
+    cut.mkdir(parents=True)
+    (cut / "tokenizer.json").write_text("{}")
+    (cut / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 8)
+    done = spinkv_cli("models", "rm", "cut")
+    assert done.returncode == 0, done.stderr
+    assert not cut.exists()
+    mixed = spinkv_home / "models" / "mixed"
+    (mixed / "sub").mkdir(parents=True)
+    (mixed / "tokenizer.json").write_text("{}")
+    assert_one_line_error(spinkv_cli("models", "rm", "mixed"), "sub is not a model file")
+    assert (mixed / "tokenizer.json").is_file() and (mixed / "sub").is_dir()
+
+
 def test_2_prompt_cache_never_replaces_a_chat_session(tiny: LoadedModel, spinkv_home: Path) -> None:
     path = saved_chat(tiny, "three")
     before = path.read_bytes()

@@ -601,7 +601,7 @@ def remove_model(name: str) -> tuple[Path, Path | None]:
     """Delete a model from the store; returns the path it had and, for a link, what the link
     pointed at (kept). Only an entry directly inside the store is removed: the name is checked
     like a session name; a link is removed itself, never what it points at; a directory must
-    hold a config.json or spinkv.json."""
+    hold a config.json or spinkv.json, or nothing but files a model download brings."""
     import shutil
 
     from spinkv.util.names import check_name, is_valid_name
@@ -618,9 +618,25 @@ def remove_model(name: str) -> tuple[Path, Path | None]:
     path = models_dir() / store_name
     if path.is_symlink() or not path.is_dir():
         raise ModelNotFoundError(f"no model named {name!r} in the store ({models_dir()})")
-    if not any((path / marker).is_file() for marker in ("config.json", SOURCE_MARKER)):
+    stranger = _not_a_model_file(path)
+    if stranger is not None:
         raise InvalidInputError(
-            f"{path} does not look like a model directory (no config.json): not removed"
+            f"{path} does not look like a model directory ({stranger}): not removed"
         )
     shutil.rmtree(path)
     return path, None
+
+
+def _not_a_model_file(path: Path) -> str | None:
+    """Why `path` may hold something that is not a model's (None when it holds only a model's
+    files): a directory with config.json or spinkv.json is a model's, even if broken; one
+    without them (a download cut short) must hold nothing but files a model download brings."""
+    import fnmatch
+
+    if any((path / marker).is_file() for marker in ("config.json", SOURCE_MARKER)):
+        return None
+    for child in sorted(path.iterdir()):
+        is_model_file = child.is_file() and not child.is_symlink()
+        if not is_model_file or not any(fnmatch.fnmatch(child.name, p) for p in HF_PATTERNS):
+            return f"no config.json, and {child.name} is not a model file"
+    return None
