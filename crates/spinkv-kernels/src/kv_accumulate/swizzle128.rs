@@ -1,7 +1,7 @@
 //! WASM SIMD128 value scan on the integer grid (`super::grid`), in int16 products summed
 //! exactly in int32 by `i32x4.dot_i16x8_s`.
 //!
-//! A 32-row chunk's live rows are cut to int16 grid levels (`codes::swizzle128`) into a block
+//! A 32-row chunk's live rows are cut to int16 grid levels (`codes::quad::CutPlan`) into a block
 //! buffer, and each query head's grid weights are paired row by row into one int32 (row `2p`
 //! in the low half, `2p + 1` in the high). Interleaving two rows' levels channel by channel
 //! then lets one dot product add both rows' contributions to four channels: per 8 channels
@@ -14,7 +14,7 @@ use core::arch::wasm32::*;
 
 use super::super::live_rows;
 use super::super::grid::{self, GridLevels, CHUNK};
-use crate::codes::swizzle128::Plan;
+use crate::codes::quad::CutPlan as Plan;
 use crate::codes::{CodeLayout, CodedRows, Levels};
 use crate::round::round_even;
 
