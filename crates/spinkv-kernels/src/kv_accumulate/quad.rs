@@ -228,3 +228,33 @@ thread_local! {
     /// block per call cost about as much as the scan of a page (SIMD128, in node).
     static BLOCK: std::cell::RefCell<Vec<Levels8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The presets' value layouts take the grid scan (the parity suite then checks its bits);
+    /// a second group off a multiple of 8 channels, short rows, wide codes and head dims above
+    /// 256 keep the generic loop.
+    #[test]
+    fn the_grid_scan_takes_the_presets_value_layouts() {
+        let table: Vec<f32> = (0..32).map(|v| v as f32 - 7.5).collect();
+        let takes = |layout: CodeLayout| {
+            let levels = Levels {
+                hi: &table,
+                lo: &table,
+            };
+            Setup::new(&layout, levels).is_some()
+        };
+        for d in [64usize, 128, 256] {
+            for half_bits in [4u8, 5, 6, 7, 8] {
+                assert!(takes(CodeLayout::for_half_bits(d, half_bits)), "d={d} {half_bits}");
+            }
+        }
+        // Channels 20.. start the 3-bit group; 7-byte rows; 5-bit codes; d 320.
+        assert!(!takes(CodeLayout::for_half_bits(40, 7)));
+        assert!(!takes(CodeLayout::for_half_bits(17, 6)));
+        assert!(!takes(CodeLayout::for_half_bits(64, 10)));
+        assert!(!takes(CodeLayout::for_half_bits(320, 6)));
+    }
+}

@@ -125,3 +125,48 @@ fn try_score(r: IntRows<'_>, queries: IntQueries<'_>, scores: &mut [f32], stride
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codes::CodeLayout;
+    use crate::kv_score::int_dot::IntLevels;
+
+    /// The presets' key layouts take the cut scan (the parity suite then checks its bits);
+    /// rows under 16 bytes and groups off a byte keep the generic loop.
+    #[test]
+    fn the_cut_scan_takes_the_presets_key_layouts() {
+        let levels: Vec<f32> = (0..16).map(|v| v as f32 - 7.5).collect();
+        let takes = |layout: CodeLayout| {
+            let levels = Levels {
+                hi: &levels,
+                lo: &levels,
+            };
+            let int_levels = IntLevels::new(&layout, levels).expect("supported");
+            let no_pages: &[&[u8]] = &[];
+            let rows = IntRows {
+                pages: no_pages,
+                page_rows: 1,
+                layout: &layout,
+                levels: &int_levels,
+                scales: &[],
+            };
+            let queries = IntQueries {
+                n_qh: 0,
+                values: &[],
+                value_stride: 0,
+                factors: &[],
+                factor_stride: 1,
+            };
+            try_score(rows, queries, &mut [], 0)
+        };
+        for d in [64usize, 128, 256] {
+            for half_bits in [4u8, 6, 7, 8] {
+                assert!(takes(CodeLayout::for_half_bits(d, half_bits)), "d={d} {half_bits}");
+            }
+        }
+        // 15-byte rows, then 12-byte rows.
+        assert!(!takes(CodeLayout::for_half_bits(33, 7)));
+        assert!(!takes(CodeLayout::for_half_bits(64, 3)));
+    }
+}
