@@ -300,9 +300,6 @@ pub(crate) unsafe fn dequantize_on(
 )]
 pub(crate) mod windows;
 
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub(crate) mod swizzle128;
-
 #[cfg(any(test, feature = "parity"))]
 pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
     use crate::test_util::*;

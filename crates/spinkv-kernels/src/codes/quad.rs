@@ -1,7 +1,8 @@
 //! NEON / SIMD128 code packing, unpacking and decoding, 8 codes per step, one body for both
 //! 4-lane ISAs. The group's `w` bytes are read as one word; the ISA file (`neon.rs` or
 //! `simd128.rs`, mounted here as `isa`) cuts the 8 codes out of it, looks their levels up and
-//! packs 8 codes into a word.
+//! packs 8 codes into a word. The integer scans cut rows to int16 levels with [`CutPlan`]
+//! (`cut128.rs`), on the same ISA files.
 
 use super::windows::{group_bytes, read_word};
 use super::{scalar, CodeLayout, Levels};
@@ -14,6 +15,11 @@ mod isa;
 mod isa;
 
 use isa::SegmentPlan;
+
+#[path = "cut128.rs"]
+mod cut128;
+pub(crate) use cut128::Plan as CutPlan;
+pub(crate) use isa::{zero_levels8, Levels8};
 
 /// For the table lookups of levels (`SegmentPlan::levels8`): byte indices replicating codes
 /// 0..3 (and 4..7) four times, and the byte offsets within an f32.

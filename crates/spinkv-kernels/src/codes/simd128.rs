@@ -1,7 +1,8 @@
-//! WASM SIMD128 pieces of the 4-lane code kernels (`quad.rs`): the group's word is broadcast,
-//! a swizzle puts each code's one or two bytes into its own 16-bit lane, a per-lane multiply
-//! and a shift leave the code (SIMD128 has no per-lane shift); levels (up to 4 bits) come from
-//! swizzles of the levels' bytes, wider codes from a scalar table.
+//! WASM SIMD128 pieces of the 4-lane code kernels (`quad.rs`, `cut128.rs`): a swizzle puts
+//! each code's one or two bytes into its own 16-bit lane, a per-lane multiply and a shift leave
+//! the code (SIMD128 has no per-lane shift); levels (up to 4 bits) come from swizzles of the
+//! levels' bytes or, as int16, from one swizzle of 16 int8 levels; wider codes from a scalar
+//! table.
 
 use super::super::windows::WINDOWS_16;
 use super::super::Segment;
@@ -10,15 +11,68 @@ use core::arch::wasm32::*;
 
 /// 8 codes in 16-bit lanes.
 pub(super) type Codes = v128;
+/// 16 bytes: a row's load, a cut's byte shuffle, a table of int8 levels.
+pub(super) type Bytes16 = v128;
+/// 8 int16 levels (what the integer scans multiply).
+pub(crate) type Levels8 = v128;
+/// A cut's per-lane shifts as multipliers `2^(8 - shift)`: multiply, then shift every lane
+/// right by 8.
+pub(super) type LaneShifts = v128;
+
+#[inline(always)]
+pub(crate) fn zero_levels8() -> Levels8 {
+    i16x8_splat(0)
+}
+
+#[inline(always)]
+pub(super) fn load16(bytes: &[u8; 16]) -> Bytes16 {
+    // SAFETY: reads the 16 bytes of `bytes` (`v128_load` takes any alignment).
+    unsafe { v128_load(bytes.as_ptr() as *const v128) }
+}
+
+/// `word`'s 8 bytes in both halves.
+#[inline(always)]
+pub(super) fn broadcast(word: u64) -> Bytes16 {
+    u64x2_splat(word)
+}
+
+/// The shifts `cut` takes for lane shifts `shift[..8]` (a `WINDOWS_16` entry).
+#[inline(always)]
+pub(super) fn lane_shifts(shift: &[u32; 16]) -> LaneShifts {
+    let mul: [u16; 8] = core::array::from_fn(|k| 1u16 << (8 - shift[k]));
+    // SAFETY: reads the 8 u16s of a local array.
+    unsafe { v128_load(mul.as_ptr() as *const v128) }
+}
+
+/// The mask that keeps a code of `width` bits in each 16-bit lane.
+#[inline(always)]
+pub(super) fn code_mask(width: u32) -> Codes {
+    u16x8_splat((1u16 << width) - 1)
+}
+
+/// 8 codes cut from `bytes`: `ctrl` gives each lane its code's one or two bytes (an index of 16
+/// or more gives 0), the multiply and shift and the mask leave the code.
+#[inline(always)]
+pub(super) fn cut(bytes: Bytes16, ctrl: Bytes16, shifts: LaneShifts, mask: Codes) -> Codes {
+    let windows = i8x16_swizzle(bytes, ctrl);
+    v128_and(u16x8_shr(i16x8_mul(windows, shifts), 8), mask)
+}
+
+/// The int16 levels of two groups' codes (each below 16) in `table`, 16 int8 levels.
+#[inline(always)]
+pub(super) fn levels16(table: Bytes16, a: Codes, b: Codes) -> (Levels8, Levels8) {
+    // Codes are below 16: narrowing keeps them, and each is its level's index.
+    let bytes = i8x16_swizzle(table, u8x16_narrow_i16x8(a, b));
+    (i16x8_extend_low_i8x16(bytes), i16x8_extend_high_i8x16(bytes))
+}
 
 /// One segment's constants in registers.
 #[derive(Clone, Copy)]
 pub(super) struct SegmentPlan {
     pub(super) seg: Segment,
-    ctrl: v128,
-    /// `2^(8 - shift)` per 16-bit lane: multiply, then shift every lane right by 8.
-    mul: v128,
-    mask: v128,
+    ctrl: Bytes16,
+    shifts: LaneShifts,
+    mask: Codes,
     /// Levels 0..16 as four 16-byte chunks (zero-padded), and how many chunks the width needs.
     bytes: [v128; 4],
     chunks: usize,
@@ -30,8 +84,7 @@ impl SegmentPlan {
     /// `table` (the segment's levels) alive while the plan is used.
     #[inline(always)]
     pub(super) unsafe fn new(seg: Segment, table: &[f32]) -> Self {
-        let (ctrl, shift) = WINDOWS_16[seg.width as usize];
-        let mul: [u16; 8] = core::array::from_fn(|k| 1u16 << (8 - shift[k]));
+        let (ctrl, shift) = &WINDOWS_16[seg.width as usize];
         let mut padded = [0.0f32; 16];
         let n = table.len().min(16);
         padded[..n].copy_from_slice(&table[..n]);
@@ -41,8 +94,8 @@ impl SegmentPlan {
             SegmentPlan {
                 seg,
                 ctrl: v128_load(ctrl.as_ptr() as *const v128),
-                mul: v128_load(mul.as_ptr() as *const v128),
-                mask: u16x8_splat((1u16 << seg.width) - 1),
+                shifts: lane_shifts(shift),
+                mask: code_mask(seg.width),
                 bytes: [
                     v128_load(p),
                     v128_load(p.add(1)),
@@ -58,8 +111,7 @@ impl SegmentPlan {
     /// The 8 codes packed at the bottom of `word`.
     #[inline(always)]
     pub(super) unsafe fn codes_of(&self, word: u64) -> Codes {
-        let windows = i8x16_swizzle(u64x2_splat(word), self.ctrl);
-        v128_and(u16x8_shr(i16x8_mul(windows, self.mul), 8), self.mask)
+        cut(broadcast(word), self.ctrl, self.shifts, self.mask)
     }
 
     /// `dst[..8]` = levels of 8 codes.

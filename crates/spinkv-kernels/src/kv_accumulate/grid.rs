@@ -111,6 +111,13 @@ pub(crate) fn chunk_factor(largest: f32, level_step: f32) -> f32 {
 /// values: the largest magnitude, one division, a multiply and a round-to-nearest-even each.
 pub(crate) fn quantize_chunk(ws: &mut [f32], level_step: f32) -> f32 {
     let largest = ws.iter().fold(0.0f32, |m, w| m.max(w.abs()));
+    quantize_chunk_by(ws, largest, level_step)
+}
+
+/// [`quantize_chunk`] given the chunk's largest magnitude (found by the caller, as SIMD finds
+/// it: the same value).
+#[inline(always)]
+pub(crate) fn quantize_chunk_by(ws: &mut [f32], largest: f32, level_step: f32) -> f32 {
     match weight_scale(largest) {
         Some(to_grid) => {
             for w in ws.iter_mut() {

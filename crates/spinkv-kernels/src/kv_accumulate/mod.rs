@@ -65,7 +65,8 @@ pub fn accumulate_codes(
 /// `j % page_rows` of `pages[j / page_rows]`; `scales` and the weights' columns run over the
 /// whole run. Rows are taken in order, so the result is exactly that of one
 /// [`accumulate_codes`] call per page (the reference); kernels that keep state across rows (the
-/// AVX2 narrow tile) set it up once per run instead of once per page.
+/// narrow tiles on x86, the grid scan on NEON and SIMD128) set it up once per run instead of
+/// once per page.
 #[allow(clippy::too_many_arguments)]
 pub fn accumulate_code_pages(
     pages: &[&[u8]],
@@ -161,9 +162,13 @@ pub(crate) unsafe fn accumulate_code_pages_on(
             return;
         }
     }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if isa == Isa::Simd128 && page_rows.is_multiple_of(grid::CHUNK) {
-        // SAFETY: SIMD128 (the caller vouches for `isa`); shapes checked.
+    #[cfg(any(
+        target_arch = "aarch64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    ))]
+    if isa == crate::simd::quad::ISA && page_rows.is_multiple_of(grid::CHUNK) {
+        // SAFETY: NEON or SIMD128, this build's 4-lane ISA (the caller vouches for `isa`);
+        // shapes checked.
         let done = unsafe {
             quad::accumulate_pages(
                 pages, page_rows, layout, levels, scales, weights, stride, acc,
@@ -345,7 +350,7 @@ pub(crate) fn accumulate_grid_rows(
 
 thread_local! {
     /// Per-thread scratch of [`accumulate_grid_rows`] (each head's chunk sums and grid weights),
-    /// reused across calls: the browser and NEON builds run it once per page.
+    /// reused across calls: run once per page (wherever no tile or grid scan takes the layout).
     static GRID_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
