@@ -119,6 +119,26 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
     }
     drop(codes);
 
+    // Prefill's batched matmul on f16 weights (the MLP shape, 64 tokens: a tile sweep in L2).
+    let w: Vec<f16> = (0..rows * k)
+        .map(|i| f16::from_f32(pseudo(i + 5)))
+        .collect();
+    let n_tokens = 64;
+    let x: Vec<f32> = (0..n_tokens * k).map(|i| pseudo(i + 3)).collect();
+    let mut y = vec![0.0f32; n_tokens * rows];
+    let s = time(now, min_ms, || {
+        crate::matmul(WeightRef::F16(&w), k, &x, 0..rows, &mut y)
+    });
+    say(
+        &format!("matmul f16 1536x576 x{n_tokens} tok"),
+        format!(
+            "{:7.3} ms  {:6.1} GMAC/s",
+            s * 1e3,
+            (rows * k * n_tokens) as f64 / s / 1e9
+        ),
+    );
+    drop(w);
+
     // A long context for one KV head: 8192 tokens in 32-token pages.
     let tokens = 8192usize;
     let queries: Vec<f32> = (0..N_QH * D).map(|i| pseudo(i + 7)).collect();

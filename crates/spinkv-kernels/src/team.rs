@@ -222,8 +222,10 @@ impl Team {
     /// Runs `task(i)` for every `i` in `0..n` on the team's threads and the caller's, and
     /// returns when all have finished. A task's panic is raised again here.
     pub fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        // Compared as u64: on a 32-bit target every usize fits, and `n <= MAX_TASKS` would be
+        // a comparison with usize::MAX.
         assert!(
-            n <= MAX_TASKS,
+            n as u64 <= CLOSED,
             "a fork-join of {n} tasks (at most {MAX_TASKS})"
         );
         // A task that forks again (even through `install` on a worker) runs its fork-join in
