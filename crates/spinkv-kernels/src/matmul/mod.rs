@@ -59,11 +59,9 @@ fn token_block(k: usize, t_tile: usize) -> usize {
 /// tokens of each row block one at a time, then the leftover rows. `tile(row,
 /// n_rows_in_tile, token, n_tokens_in_tile)` with sizes `(R, T)`, `(R, 1)`, `(1, T)` or
 /// `(1, 1)` only, so each ISA instantiates just four register tiles. The visiting order does
-/// not change any output: each is one independent dot product.
-#[cfg_attr(
-    not(any(target_arch = "aarch64", target_arch = "wasm32")),
-    allow(dead_code)
-)]
+/// not change any output: each is one independent dot product. (SIMD128 walks the same order
+/// with packing steps between, in `simd128.rs`.)
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 pub(crate) fn for_each_tile(
     rows: Range<usize>,
     n_tokens: usize,
@@ -137,12 +135,9 @@ pub(crate) fn for_each_tile_rows_inner(
     }
 }
 
-/// One register tile's operands, as the per-ISA tile functions take them.
-#[cfg(any(
-    target_arch = "aarch64",
-    all(target_arch = "wasm32", target_feature = "simd128"),
-    target_arch = "x86_64"
-))]
+/// One register tile's operands, as the per-ISA tile functions take them (SIMD128's packed
+/// tiles take their own).
+#[cfg(any(target_arch = "aarch64", target_arch = "x86_64"))]
 pub(crate) struct TileArgs<L> {
     /// First weight row of the tile; rows are `k` apart.
     pub(crate) w: *const L,

@@ -1,8 +1,10 @@
-//! NEON / SIMD128 batched matmul, one tile walk for both 4-lane ISAs: register tiles of
-//! `ROWS` weight rows × `TOKENS` tokens; the tile itself is the ISA's (`neon.rs` or
-//! `simd128.rs`, mounted here as `isa`).
+//! NEON / SIMD128 batched matmul. NEON: register tiles of `ROWS` weight rows × `TOKENS`
+//! tokens from `neon.rs` (mounted here as `isa`) in the walk of `super::for_each_tile`.
+//! SIMD128 (`simd128.rs`) walks the same tiles over packed copies of its operands.
 
+#[cfg(target_arch = "aarch64")]
 use super::TileArgs;
+#[cfg(target_arch = "aarch64")]
 use crate::simd::quad::Lanes;
 use crate::WeightRef;
 use std::ops::Range;
@@ -14,7 +16,10 @@ mod isa;
 #[path = "simd128.rs"]
 mod isa;
 
+#[cfg(target_arch = "aarch64")]
 use isa::{tile, ROWS, TOKENS};
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+use isa::matmul as matmul_lanes;
 
 /// # Safety
 /// NEON or SIMD128 (whichever this build has); shapes as checked by `super::check_shapes`.
@@ -26,6 +31,7 @@ pub unsafe fn matmul(w: WeightRef<'_>, k: usize, x: &[f32], rows: Range<usize>, 
     )
 }
 
+#[cfg(target_arch = "aarch64")]
 fn matmul_lanes<L: Lanes>(w: &[L], k: usize, x: &[f32], rows: Range<usize>, y: &mut [f32]) {
     super::check_shapes_generic(w.len(), k, x, &rows, y);
     let n_tokens = x.len() / k;
