@@ -7,8 +7,9 @@ use spinkv_kernels::{
 
 use crate::host::{install, now_ms, say};
 
-/// SIMD128's f16 matvec (decode's hot loop) widens finite halves on a fast path and falls back
-/// to the general one for a row holding an inf or NaN;
+/// SIMD128's f16 matvec (decode's hot loop) widens finite halves on a fast path (two rows at
+/// a time with the exponent rebias moved onto the activations when they are all below 2^16,
+/// else one row at a time) and falls back to the general one for a row holding an inf or NaN;
 /// either way each output must equal, bit for bit, the f32 matvec on the same weights widened
 /// exactly (the same chains, the same products). Rows: ordinary values, subnormals and signed
 /// zeros, then one inf, one NaN, one near the top of the range, in row ranges of even and odd
