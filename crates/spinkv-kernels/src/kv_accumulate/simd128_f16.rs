@@ -72,6 +72,9 @@ unsafe fn tile<const H: usize>(
     stride: usize,
     acc: *mut f32,
 ) {
+    // Without zero weights (decode's usual case) the rows add with no test per weight.
+    // SAFETY: the heads' weights of the rows (the caller's bounds).
+    let any_zero = (0..H).any(|h| (0..rows).any(|j| unsafe { *w.add(h * stride + j) } == 0.0));
     for c in (0..d).step_by(8) {
         let mut sums = [[f32x4_splat(0.0); 2]; H];
         // SAFETY (all loads and stores): channels c..c + 8 of each head's sums and of each
@@ -82,9 +85,14 @@ unsafe fn tile<const H: usize>(
                 *s = [v128_load(at as *const v128), v128_load(at.add(4) as *const v128)];
             }
             let start = sums;
-            if !add_rows::<H, false>(&mut sums, bits.add(c), d, rows, w, stride) {
+            let finite = if any_zero {
+                add_rows::<H, false, true>(&mut sums, bits.add(c), d, rows, w, stride)
+            } else {
+                add_rows::<H, false, false>(&mut sums, bits.add(c), d, rows, w, stride)
+            };
+            if !finite {
                 sums = start;
-                add_rows::<H, true>(&mut sums, bits.add(c), d, rows, w, stride);
+                add_rows::<H, true, true>(&mut sums, bits.add(c), d, rows, w, stride);
             }
             for (h, s) in sums.iter().enumerate() {
                 let at = acc.add(h * d + c);
@@ -96,14 +104,15 @@ unsafe fn tile<const H: usize>(
 }
 
 /// Adds 8 channels (from `bits`, rows `d` halves apart) of the `rows` rows to the `H` heads'
-/// `sums`, each row times its weight unless that is 0. Widens by shift, mask and multiply
-/// unless `GENERAL`: then `false` when some half was inf or NaN (the sums are wrong).
+/// `sums`, each row times its weight unless that is 0 (tested only if `SKIP`: the caller found
+/// a zero). Widens by shift, mask and multiply unless `GENERAL`: then `false` when some half
+/// was inf or NaN (the sums are wrong).
 ///
 /// # Safety
 /// SIMD128; `bits` valid for 8 halves of each of the `rows` rows, `w` for `H` weight rows of
 /// `rows` floats `stride` apart.
 #[inline(always)]
-unsafe fn add_rows<const H: usize, const GENERAL: bool>(
+unsafe fn add_rows<const H: usize, const GENERAL: bool, const SKIP: bool>(
     sums: &mut [[v128; 2]; H],
     bits: *const u16,
     d: usize,
@@ -138,7 +147,7 @@ unsafe fn add_rows<const H: usize, const GENERAL: bool>(
         for (i, s) in sums.iter_mut().enumerate() {
             // SAFETY: as above.
             let wt = unsafe { *w.add(i * stride + j) };
-            if wt != 0.0 {
+            if !SKIP || wt != 0.0 {
                 let wv = f32x4_splat(wt);
                 s[0] = f32x4_add(s[0], f32x4_mul(wv, lo));
                 s[1] = f32x4_add(s[1], f32x4_mul(wv, hi));
