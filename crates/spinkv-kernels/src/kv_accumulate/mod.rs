@@ -560,5 +560,10 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
         canonical(isa, &got, &want, 1.0 + rows as f32, &|| {
             format!("accumulate_f16 d={d} n_qh={n_qh} rows={rows}")
         })
-    })
+    })?;
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if isa == Isa::Simd128 {
+        quad::f16_tiles_parity()?;
+    }
+    Ok(())
 }

@@ -2,6 +2,8 @@
 //! weight is decoded (codes) or widened (fp16) once into an aligned row buffer, then added to
 //! every query head's sum; codes on the integer grid (`super::grid`) go through the grid scan
 //! below instead, in int16 products summed exactly in int32.
+//! SIMD128 sums fp16 rows 8 channels at a time with a tile of heads' sums in registers
+//! (`simd128_f16.rs`, the same bits as the row loop).
 //!
 //! The grid scan: a 32-row chunk's live rows are cut to int16 grid levels
 //! (`codes::quad::CutPlan`) into a block buffer, and each query head's grid weights are paired
@@ -26,10 +28,35 @@ mod isa;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[path = "simd128.rs"]
 mod isa;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[path = "simd128_f16.rs"]
+mod f16_tiles;
 
 /// # Safety
 /// NEON or SIMD128 (whichever this build has); shapes as checked by `super::accumulate_f16`.
 pub unsafe fn accumulate_f16(
+    values: &[f16],
+    d: usize,
+    weights: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if f16_tiles::takes(d) {
+        // SAFETY: SIMD128, this function's target; shapes as checked.
+        return unsafe { f16_tiles::accumulate_f16(values, d, weights, stride, acc) };
+    }
+    // SAFETY: as this function's.
+    unsafe { accumulate_f16_generic(values, d, weights, stride, acc) }
+}
+
+/// The generic row loop on fp16 values: each row with a non-zero weight widened into a buffer,
+/// then added to every head's sum (NEON's path, and SIMD128's for head dims `f16_tiles` leaves).
+///
+/// # Safety
+/// As [`accumulate_f16`].
+#[inline(always)]
+pub(crate) unsafe fn accumulate_f16_generic(
     values: &[f16],
     d: usize,
     weights: &[f32],
@@ -227,6 +254,58 @@ thread_local! {
     /// from an earlier chunk or call is finite and meets zero weights. Zeroing a 16 KiB stack
     /// block per call cost about as much as the scan of a page (SIMD128, in node).
     static BLOCK: std::cell::RefCell<Vec<Levels8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// SIMD128's fp16 value tiles against the generic row loop, bit for bit: head dims the tiles
+/// take (and some they leave), 1 to 9 heads, negative weights with and without zero ones, sums
+/// starting at signed zeros, inf/NaN and other special halves.
+#[cfg(all(
+    target_arch = "wasm32",
+    target_feature = "simd128",
+    any(test, feature = "parity")
+))]
+pub(crate) fn f16_tiles_parity() -> crate::test_util::Check {
+    use crate::test_util::*;
+    let mut rng = Rng::new(61);
+    let stride = 37;
+    for d in [4usize, 8, 16, 40, 64, 72, 128, 256] {
+        let shapes = [(1usize, 1usize), (3, 32), (3, 33), (4, 5), (4, 4), (5, 37), (9, 33)];
+        for (n_qh, rows) in shapes.into_iter().chain([(9, 32), (2, 8)]) {
+            let values = crate::kv_score::special_f16_rows(&mut rng, rows, d);
+            // Zero weights in odd rounds only (the tiles test weights only where one is 0).
+            let zeros = rows % 2 == 1;
+            let weights: Vec<f32> = (0..n_qh * stride)
+                .map(|_| match rng.below(5) {
+                    0 if zeros => 0.0,
+                    1 => -rng.uniform().abs(),
+                    _ => rng.uniform().abs(),
+                })
+                .collect();
+            let mut want: Vec<f32> = random_vec(rng.next_u64(), n_qh * d);
+            for (i, v) in want.iter_mut().enumerate() {
+                if i % 7 == 0 {
+                    *v = if i % 2 == 0 { -0.0 } else { 0.0 };
+                }
+            }
+            let mut got = want.clone();
+            // SAFETY: SIMD128 (this build); shapes as `super::accumulate_f16` checks them.
+            unsafe {
+                accumulate_f16_generic(&values, d, &weights, stride, &mut want);
+                accumulate_f16(&values, d, &weights, stride, &mut got);
+            }
+            // A NaN's sign and payload are not the same from one wasm engine's code to the
+            // next (the spec leaves them open): any NaN matches any.
+            let bits = |v: &[f32]| {
+                v.iter()
+                    .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+                    .collect::<Vec<_>>()
+            };
+            identical(&bits(&got), &bits(&want), &|| {
+                format!("accumulate_f16 tiles vs rows d={d} n_qh={n_qh} rows={rows}")
+            })?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

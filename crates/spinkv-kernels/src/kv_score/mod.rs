@@ -235,8 +235,8 @@ pub(crate) fn for_each_coded_block(
     Ok(())
 }
 
-/// Runs `check(rng, d, rows_f16, n_qh, rows)` on random fp16 rows of the awkward head dims
-/// for every (query heads, rows) shape.
+/// Runs `check(rng, d, rows_f16, n_qh, rows)` on random fp16 rows of the awkward head dims and
+/// 64, 128 for every (query heads, rows) shape.
 #[cfg(any(test, feature = "parity"))]
 pub(crate) fn for_each_f16_block(
     rng: &mut crate::test_util::Rng,
@@ -249,8 +249,9 @@ pub(crate) fn for_each_f16_block(
     ) -> crate::test_util::Check,
 ) -> crate::test_util::Check {
     use crate::test_util::{random_vec, AWKWARD_SIZES};
-    for &d in &AWKWARD_SIZES[..13] {
-        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37)] {
+    // The awkward dims, then the models' head dims 64 and 128.
+    for &d in AWKWARD_SIZES[..13].iter().chain(&[64, 128]) {
+        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 33)] {
             let values: Vec<f16> = random_vec(rng.next_u64(), rows * d)
                 .iter()
                 .map(|&v| f16::from_f32(v))
@@ -293,5 +294,35 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             format!("score_f16 d={d} n_qh={n_qh} rows={rows}")
         })
     })?;
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if isa == Isa::Simd128 {
+        quad::f16_blocks_parity()?;
+    }
     int_dot::parity(isa)
+}
+
+/// `rows` random fp16 rows of `d` halves for the SIMD128 fp16 scans' same-bits checks: values
+/// in (-1, 1) with, by `rng`, subnormal halves, signed zeros, ±65504, and in about one row in
+/// six an inf or NaN half.
+#[cfg(all(
+    target_arch = "wasm32",
+    target_feature = "simd128",
+    any(test, feature = "parity")
+))]
+pub(crate) fn special_f16_rows(rng: &mut crate::test_util::Rng, rows: usize, d: usize) -> Vec<f16> {
+    let specials = [0x0001u16, 0x83ff, 0x0000, 0x8000, 0x7bff, 0xfbff, 0x0400];
+    let mut out: Vec<f16> = (0..rows * d)
+        .map(|_| f16::from_f32(rng.uniform()))
+        .collect();
+    for row in out.chunks_exact_mut(d) {
+        for _ in 0..3 {
+            let c = rng.below(d as u64) as usize;
+            row[c] = f16::from_bits(specials[rng.below(specials.len() as u64) as usize]);
+        }
+        if rng.below(6) == 0 {
+            let c = rng.below(d as u64) as usize;
+            row[c] = f16::from_bits([0x7c00u16, 0xfc00, 0x7e01, 0xfd00][rng.below(4) as usize]);
+        }
+    }
+    out
 }
