@@ -82,6 +82,18 @@ pub(crate) fn identical<T: PartialEq + core::fmt::Debug>(
     }
 }
 
+/// [`identical`] on floats' bits, except that any NaN matches any: a NaN's sign and payload are
+/// not the same from one wasm engine's code to the next (the spec leaves them open).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) fn identical_bits(simd: &[f32], scalar: &[f32], what: &dyn Fn() -> String) -> Check {
+    let bits = |v: &[f32]| {
+        v.iter()
+            .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+            .collect::<Vec<_>>()
+    };
+    identical(&bits(simd), &bits(scalar), what)
+}
+
 /// Outcome of one parity check: the first mismatch, described.
 pub(crate) type Check = Result<(), String>;
 

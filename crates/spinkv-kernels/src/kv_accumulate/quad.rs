@@ -293,14 +293,7 @@ pub(crate) fn f16_tiles_parity() -> crate::test_util::Check {
                 accumulate_f16_generic(&values, d, &weights, stride, &mut want);
                 accumulate_f16(&values, d, &weights, stride, &mut got);
             }
-            // A NaN's sign and payload are not the same from one wasm engine's code to the
-            // next (the spec leaves them open): any NaN matches any.
-            let bits = |v: &[f32]| {
-                v.iter()
-                    .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-                    .collect::<Vec<_>>()
-            };
-            identical(&bits(&got), &bits(&want), &|| {
+            identical_bits(&got, &want, &|| {
                 format!("accumulate_f16 tiles vs rows d={d} n_qh={n_qh} rows={rows}")
             })?;
         }

@@ -85,14 +85,7 @@ pub(crate) fn f16_blocks_parity() -> crate::test_util::Check {
                 score_f16_generic(&keys, d, &queries, &mut want, stride);
                 score_f16(&keys, d, &queries, &mut got, stride);
             }
-            // A NaN's sign and payload are not the same from one wasm engine's code to the
-            // next (the spec leaves them open): any NaN matches any.
-            let bits = |v: &[f32]| {
-                v.iter()
-                    .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-                    .collect::<Vec<_>>()
-            };
-            identical(&bits(&got), &bits(&want), &|| {
+            identical_bits(&got, &want, &|| {
                 format!("score_f16 blocks vs rows d={d} n_qh={n_qh} rows={rows}")
             })?;
         }
