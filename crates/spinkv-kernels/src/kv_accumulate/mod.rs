@@ -84,9 +84,8 @@ pub fn accumulate_code_pages(
         pages.len() >= rows.div_ceil(page_rows),
         "accumulate_code_pages: fewer pages than the rows"
     );
-    for (p, page) in pages.iter().enumerate().take(rows.div_ceil(page_rows)) {
-        let in_page = (rows - p * page_rows).min(page_rows);
-        check_codes(page, layout, levels, in_page);
+    for (_, r) in page_rows_of(pages, page_rows, layout, levels, scales) {
+        check_codes(r.codes, layout, levels, r.scales.len());
     }
     check(layout.d, rows, acc, weights.len(), stride);
     // SAFETY: active_isa() only returns ISAs validated against this CPU; shapes checked.
@@ -119,9 +118,9 @@ pub(crate) unsafe fn accumulate_code_pages_on(
     stride: usize,
     acc: &mut [f32],
 ) {
-    let rows = scales.len();
     #[cfg(target_arch = "x86_64")]
     {
+        let rows = scales.len();
         // The grid's chunks start at each page's first row: the narrow kernels chunk the run
         // itself, so they take runs only of pages that are whole chunks.
         let n_qh = acc.len() / layout.d.max(1);
@@ -178,17 +177,31 @@ pub(crate) unsafe fn accumulate_code_pages_on(
             return;
         }
     }
-    for (p, page) in pages.iter().enumerate().take(rows.div_ceil(page_rows)) {
-        let first = p * page_rows;
-        let r = CodedRows::new(
-            page,
-            layout,
-            levels,
-            &scales[first..rows.min(first + page_rows)],
-        );
+    for (first, r) in page_rows_of(pages, page_rows, layout, levels, scales) {
         // SAFETY: forwarded; the page's rows and weight columns lie inside the checked shapes.
         unsafe { accumulate_codes_on(isa, r, &weights[first..], stride, acc) };
     }
+}
+
+/// The pages of a run that hold its `scales.len()` rows, `page_rows` rows a page (the last one
+/// may hold fewer): each as its first row in the run and its rows (its own scales).
+pub(crate) fn page_rows_of<'a>(
+    pages: &'a [&'a [u8]],
+    page_rows: usize,
+    layout: &'a CodeLayout,
+    levels: Levels<'a>,
+    scales: &'a [f32],
+) -> impl Iterator<Item = (usize, CodedRows<'a>)> + 'a {
+    let rows = scales.len();
+    pages
+        .iter()
+        .take(rows.div_ceil(page_rows))
+        .enumerate()
+        .map(move |(p, page)| {
+            let first = p * page_rows;
+            let in_page = &scales[first..rows.min(first + page_rows)];
+            (first, CodedRows::new(page, layout, levels, in_page))
+        })
 }
 
 /// Bit `t` set when row `first + t` (of `n <= 32`) has a non-zero weight for some of the

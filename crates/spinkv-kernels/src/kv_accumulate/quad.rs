@@ -109,10 +109,7 @@ pub(crate) unsafe fn accumulate_pages(
     let Some(setup) = Setup::new(layout, levels) else {
         return false;
     };
-    let rows = scales.len();
-    for (p, page) in pages.iter().enumerate().take(rows.div_ceil(page_rows)) {
-        let first = p * page_rows;
-        let r = CodedRows::new(page, layout, levels, &scales[first..rows.min(first + page_rows)]);
+    for (first, r) in super::page_rows_of(pages, page_rows, layout, levels, scales) {
         setup.accumulate(r, &weights[first..], stride, acc);
     }
     true
