@@ -1,7 +1,8 @@
 //! The SIMD128 fp16 value scan: 8 channels at a time, a tile of up to 4 query heads' sums of
 //! them stay in registers across all the rows; each row's 8 halves are widened once for the
-//! tile (shift, mask, one exact multiply by 2^112, as `simd::simd128`'s `dot16_finite_f16`
-//! widens weights: exact for every finite half), then added times each head's weight.
+//! tile (shift, mask, one exact multiply by 2^112: `simd::simd128`'s `halves_times_2_pow_m112`,
+//! as the f16 matvec widens weights; exact for every finite half), then added times each head's
+//! weight.
 //!
 //! Every sum element takes the generic row loop's additions (`vec_f32::quad::axpy`:
 //! `acc + w · v`, unfused) in the same row order, and skips the same zero weights: the same
@@ -9,7 +10,9 @@
 //! the general widening (`simd::simd128::f16_bits_to_f32`, what `convert::quad::f16_to_f32`
 //! gives the row loop); head dims that are not a multiple of 8 take the row loop.
 
-use crate::simd::simd128::f16_bits_to_f32;
+use crate::simd::simd128::{
+    f16_bits_to_f32, halves_finite, halves_times_2_pow_m112, note_halves, times_2_pow_112,
+};
 use core::arch::wasm32::*;
 use half::f16;
 
@@ -120,10 +123,6 @@ unsafe fn add_rows<const H: usize, const GENERAL: bool, const SKIP: bool>(
     w: *const f32,
     stride: usize,
 ) -> bool {
-    let zero = u32x4_splat(0);
-    let scale = f32x4_splat(f32::from_bits((127 + 112) << 23));
-    let keep = u32x4_splat(0x8fff_ffff);
-    // Exponent and mantissa bits of every half seen (shifted past the sign), lane-wise max.
     let mut largest = u16x8_splat(0);
     for j in 0..rows {
         // SAFETY: row j's 8 halves and the heads' weights of row j (caller's bounds).
@@ -134,15 +133,9 @@ unsafe fn add_rows<const H: usize, const GENERAL: bool, const SKIP: bool>(
                 f16_bits_to_f32(u32x4_extend_high_u16x8(h)),
             )
         } else {
-            largest = u16x8_max(largest, i16x8_shl(h, 1));
-            // Each half in the top 16 bits of a lane; an arithmetic shift by 3 and a mask put
-            // sign, exponent and mantissa where an f32's go (bias 15 read as 127), the
-            // multiply by 2^112 rebiases: exact for finite halves.
-            let widen = |top: v128| f32x4_mul(v128_and(i32x4_shr(top, 3), keep), scale);
-            (
-                widen(i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(h, zero)),
-                widen(i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(h, zero)),
-            )
+            largest = note_halves(largest, h);
+            let [lo, hi] = halves_times_2_pow_m112(h);
+            (times_2_pow_112(lo), times_2_pow_112(hi))
         };
         for (i, s) in sums.iter_mut().enumerate() {
             // SAFETY: as above.
@@ -154,5 +147,5 @@ unsafe fn add_rows<const H: usize, const GENERAL: bool, const SKIP: bool>(
             }
         }
     }
-    GENERAL || !v128_any_true(u16x8_ge(largest, u16x8_splat(0x7c00 << 1)))
+    GENERAL || halves_finite(largest)
 }

@@ -1,5 +1,5 @@
 //! The SIMD128 fp16 key scan: blocks of 4 key rows widened once (shift, mask, one exact
-//! multiply by 2^112, as `simd::simd128`'s `dot16_finite_f16` widens weights: exact for every
+//! multiply by 2^112: `simd::simd128`'s `halves_times_2_pow_m112`, as the f16 matvec widens weights: exact for every
 //! finite half) into a stack buffer, then scored against every query head two rows at a time
 //! (8 independent chains) and the block's 4 sums reduced together into one vector store.
 //!
@@ -9,6 +9,7 @@
 //! block holding an inf or NaN half, the last `rows % 4` rows and head dims that are not a
 //! multiple of 4 (or above [`MAX_DIM`]) take the generic row loop.
 
+use crate::simd::simd128::{halves_finite, halves_times_2_pow_m112, note_halves, times_2_pow_112};
 use core::arch::wasm32::*;
 use core::mem::MaybeUninit;
 use half::f16;
@@ -82,8 +83,6 @@ pub(super) unsafe fn score_f16(
 /// `buf` valid for writing 4 rows of `MAX_DIM / 4` vectors.
 #[inline(always)]
 unsafe fn widen_block(bits: *const u16, d: usize, buf: *mut v128) -> bool {
-    let zero = u32x4_splat(0);
-    // Exponent and mantissa bits of every half seen (shifted past the sign), lane-wise max.
     let mut largest = u16x8_splat(0);
     for r in 0..BLOCK {
         // SAFETY (all loads and stores): channels k..k + 8 (or k..k + 4) of row r lie inside
@@ -93,29 +92,20 @@ unsafe fn widen_block(bits: *const u16, d: usize, buf: *mut v128) -> bool {
             let mut k = 0;
             while k + 8 <= d {
                 let h = v128_load(src.add(k) as *const v128);
-                largest = u16x8_max(largest, i16x8_shl(h, 1));
-                *dst.add(k / 4) = widen(i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(h, zero));
-                *dst.add(k / 4 + 1) = widen(i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(h, zero));
+                largest = note_halves(largest, h);
+                let [lo, hi] = halves_times_2_pow_m112(h);
+                *dst.add(k / 4) = times_2_pow_112(lo);
+                *dst.add(k / 4 + 1) = times_2_pow_112(hi);
                 k += 8;
             }
             if k < d {
                 let h = v128_load64_zero(src.add(k) as *const u64);
-                largest = u16x8_max(largest, i16x8_shl(h, 1));
-                *dst.add(k / 4) = widen(i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(h, zero));
+                largest = note_halves(largest, h);
+                *dst.add(k / 4) = times_2_pow_112(halves_times_2_pow_m112(h)[0]);
             }
         }
     }
-    !v128_any_true(u16x8_ge(largest, u16x8_splat(0x7c00 << 1)))
-}
-
-/// 4 finite halves, each in the top 16 bits of a 32-bit lane, as f32 (exact): an arithmetic
-/// shift by 3 and a mask put sign, exponent and mantissa where an f32's go (the bias 15 read
-/// as 127), one multiply by 2^112 rebiases (subnormals and signed zeros included). The
-/// widening of `simd::simd128`'s `dot16_finite_f16`.
-#[inline(always)]
-fn widen(top: v128) -> v128 {
-    let scale = f32x4_splat(f32::from_bits((127 + 112) << 23));
-    f32x4_mul(v128_and(i32x4_shr(top, 3), u32x4_splat(0x8fff_ffff)), scale)
+    halves_finite(largest)
 }
 
 /// Two rows' dot products with `q`, each as the generic loop's 4 chains summed

@@ -20,6 +20,42 @@ pub(crate) fn hmax(v: v128) -> f32 {
     f32x4_extract_lane::<0>(pair).max(f32x4_extract_lane::<1>(pair))
 }
 
+/// The fast widening of 8 halves (one load, `h`) that the SIMD128 f16 kernels share: each half
+/// goes in the top 16 bits of a 32-bit lane, and an arithmetic shift by 3 and a mask put its
+/// sign, exponent and mantissa where an f32's go (the bias 15 read as 127). The lanes then hold
+/// each half's value times 2^-112 exactly, for every finite half, subnormals and signed zeros
+/// included ([`times_2_pow_112`] makes them the halves' values). An inf or NaN comes out
+/// finite: callers fold each load into [`note_halves`] and check [`halves_finite`].
+#[inline(always)]
+pub(crate) fn halves_times_2_pow_m112(h: v128) -> [v128; 2] {
+    let zero = u32x4_splat(0);
+    let keep = u32x4_splat(0x8fff_ffff);
+    let place = |top: v128| v128_and(i32x4_shr(top, 3), keep);
+    [
+        place(i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(h, zero)),
+        place(i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(h, zero)),
+    ]
+}
+
+/// `v · 2^112` (exact for what [`halves_times_2_pow_m112`] gives).
+#[inline(always)]
+pub(crate) fn times_2_pow_112(v: v128) -> v128 {
+    f32x4_mul(v, f32x4_splat(f32::from_bits((127 + 112) << 23)))
+}
+
+/// `largest` with the exponent and mantissa bits of `h`'s 8 halves (shifted past the sign)
+/// folded in, lane-wise max; start from zero.
+#[inline(always)]
+pub(crate) fn note_halves(largest: v128, h: v128) -> v128 {
+    u16x8_max(largest, i16x8_shl(h, 1))
+}
+
+/// Whether every half folded into `largest` by [`note_halves`] is finite.
+#[inline(always)]
+pub(crate) fn halves_finite(largest: v128) -> bool {
+    !v128_any_true(u16x8_ge(largest, u16x8_splat(0x7c00 << 1)))
+}
+
 /// Widens 4 halves held as u32 lanes (each below 2^16) to f32, exactly.
 #[inline(always)]
 pub(crate) fn f16_bits_to_f32(h: v128) -> v128 {
@@ -309,19 +345,8 @@ unsafe fn dot16_finite_f16<L: Lanes, const REBIASED: bool>(
     n: usize,
 ) -> Option<f32> {
     let bits = x as *const u16;
-    let scale = f32x4_splat(f32::from_bits((127 + 112) << 23));
-    let keep = u32x4_splat(0x8fff_ffff);
-    let zero = u32x4_splat(0);
-    let widen = |top: v128| {
-        let w = v128_and(i32x4_shr(top, 3), keep);
-        if REBIASED {
-            w
-        } else {
-            f32x4_mul(w, scale)
-        }
-    };
+    let widen = |w: v128| if REBIASED { w } else { times_2_pow_112(w) };
     let mut acc = [f32x4_splat(0.0); 4];
-    // Exponent and mantissa bits of every half seen (shifted past the sign), lane-wise max.
     let mut largest = u16x8_splat(0);
     let mut i = 0;
     // SAFETY: the two 8-half loads and four f32 loads cover i..i + 16 <= n.
@@ -331,20 +356,15 @@ unsafe fn dot16_finite_f16<L: Lanes, const REBIASED: bool>(
                 v128_load(bits.add(i) as *const v128),
                 v128_load(bits.add(i + 8) as *const v128),
             );
-            largest = u16x8_max(largest, u16x8_max(i16x8_shl(lo, 1), i16x8_shl(hi, 1)));
-            let halves = [
-                i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(lo, zero),
-                i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(lo, zero),
-                i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(hi, zero),
-                i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(hi, zero),
-            ];
-            for (c, (acc, h)) in acc.iter_mut().zip(halves).enumerate() {
-                *acc = f32x4_add(*acc, f32x4_mul(widen(h), load(ys.add(i + 4 * c))));
+            largest = note_halves(note_halves(largest, lo), hi);
+            let ([a, b], [c, d]) = (halves_times_2_pow_m112(lo), halves_times_2_pow_m112(hi));
+            for (k, (acc, w)) in acc.iter_mut().zip([a, b, c, d]).enumerate() {
+                *acc = f32x4_add(*acc, f32x4_mul(widen(w), load(ys.add(i + 4 * k))));
             }
             i += 16;
         }
     }
-    if v128_any_true(u16x8_ge(largest, u16x8_splat(0x7c00 << 1))) {
+    if !halves_finite(largest) {
         return None;
     }
     // SAFETY: as the caller guarantees; i <= n.
