@@ -243,39 +243,36 @@ pub(super) unsafe fn score(
     while h0 < queries.n_qh {
         let left = queries.n_qh - h0;
         let kinds = (plan.groups[0].nibbles, plan.groups[1].nibbles);
-        // SAFETY: same target features; heads h0.. exist.
+        let [hi, lo] = &plan.groups;
+        let one = hi.end - hi.first <= 1 && lo.end - lo.first == 1;
+        macro_rules! pass {
+            ($h:expr, $hi:literal, $lo:literal) => {
+                if one {
+                    pass::<$h, $hi, $lo, true>(plan, r, queries, h0, scores, stride)
+                } else {
+                    pass::<$h, $hi, $lo, false>(plan, r, queries, h0, scores, stride)
+                }
+            };
+        }
+        // SAFETY: same target features; heads h0.. exist; `one` as `pass` requires.
         unsafe {
             match (left.min(HEADS), kinds) {
-                (1, (false, false)) => {
-                    pass::<1, false, false>(plan, r, queries, h0, scores, stride)
-                }
-                (1, (false, true)) => pass::<1, false, true>(plan, r, queries, h0, scores, stride),
-                (1, (true, false)) => pass::<1, true, false>(plan, r, queries, h0, scores, stride),
-                (1, (true, true)) => pass::<1, true, true>(plan, r, queries, h0, scores, stride),
-                (2, (false, false)) => {
-                    pass::<2, false, false>(plan, r, queries, h0, scores, stride)
-                }
-                (2, (false, true)) => pass::<2, false, true>(plan, r, queries, h0, scores, stride),
-                (2, (true, false)) => pass::<2, true, false>(plan, r, queries, h0, scores, stride),
-                (2, (true, true)) => pass::<2, true, true>(plan, r, queries, h0, scores, stride),
-                (3, (false, false)) => {
-                    pass::<3, false, false>(plan, r, queries, h0, scores, stride)
-                }
-                (3, (false, true)) => pass::<3, false, true>(plan, r, queries, h0, scores, stride),
-                (3, (true, false)) => pass::<3, true, false>(plan, r, queries, h0, scores, stride),
-                (3, (true, true)) => pass::<3, true, true>(plan, r, queries, h0, scores, stride),
-                (_, (false, false)) => {
-                    pass::<HEADS, false, false>(plan, r, queries, h0, scores, stride)
-                }
-                (_, (false, true)) => {
-                    pass::<HEADS, false, true>(plan, r, queries, h0, scores, stride)
-                }
-                (_, (true, false)) => {
-                    pass::<HEADS, true, false>(plan, r, queries, h0, scores, stride)
-                }
-                (_, (true, true)) => {
-                    pass::<HEADS, true, true>(plan, r, queries, h0, scores, stride)
-                }
+                (1, (false, false)) => pass!(1, false, false),
+                (1, (false, true)) => pass!(1, false, true),
+                (1, (true, false)) => pass!(1, true, false),
+                (1, (true, true)) => pass!(1, true, true),
+                (2, (false, false)) => pass!(2, false, false),
+                (2, (false, true)) => pass!(2, false, true),
+                (2, (true, false)) => pass!(2, true, false),
+                (2, (true, true)) => pass!(2, true, true),
+                (3, (false, false)) => pass!(3, false, false),
+                (3, (false, true)) => pass!(3, false, true),
+                (3, (true, false)) => pass!(3, true, false),
+                (3, (true, true)) => pass!(3, true, true),
+                (_, (false, false)) => pass!(HEADS, false, false),
+                (_, (false, true)) => pass!(HEADS, false, true),
+                (_, (true, false)) => pass!(HEADS, true, false),
+                (_, (true, true)) => pass!(HEADS, true, true),
             }
         }
         h0 += left.min(HEADS);
@@ -351,18 +348,34 @@ unsafe fn products<const H: usize>(
 }
 
 /// One group's runs of the row at `row`, added to `acc` (its first run starts `acc` when
-/// `FIRST`); `q` is the group's first run's queries (runs `H · RUN` apart).
+/// `FIRST`); `q` is the group's first run's queries (runs `H · RUN` apart). `ONE`: the group
+/// is one run (head dim 64's groups), which the compiler then keeps out of a loop: a K3.5 row
+/// scanned 6.5 ns against 6.8 with a loop of one run (3 heads, 8 pages a call, one thread, AMD
+/// EPYC Zen 3).
 ///
 /// # Safety
-/// `row` is a whole row of the plan's layout; `q` has the group's runs.
+/// `row` is a whole row of the plan's layout; `q` has the group's runs; `ONE`: there is one.
 #[inline(always)]
-unsafe fn group<const H: usize, const NIBBLES: bool, const FIRST: bool>(
+unsafe fn group<const H: usize, const NIBBLES: bool, const FIRST: bool, const ONE: bool>(
     acc: &mut [__m256i; H],
     cut: &GroupCut,
     runs: &[Run],
     row: *const u8,
     q: *const i16,
 ) {
+    if ONE {
+        // SAFETY: as the caller vouches.
+        unsafe {
+            let run = runs.get_unchecked(0);
+            let levels = if NIBBLES {
+                nibbles(cut, run, row)
+            } else {
+                shifted(cut, run, row)
+            };
+            products(acc, levels, q, FIRST);
+        }
+        return;
+    }
     for (k, run) in runs.iter().enumerate() {
         // SAFETY: as the caller vouches.
         unsafe {
@@ -378,7 +391,7 @@ unsafe fn group<const H: usize, const NIBBLES: bool, const FIRST: bool>(
 
 /// Scores every row for query heads `h0..h0 + H`; `r.scales` is not empty.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool>(
+unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool, const ONE: bool>(
     plan: &WidePlan,
     r: IntRows<'_>,
     queries: IntQueries<'_>,
@@ -428,10 +441,10 @@ unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool>(
             unsafe {
                 let lo_q = q_all.add(lo.first * H * RUN);
                 if hi.first < hi.end {
-                    group::<H, HI_NIBBLES, true>(&mut acc, hi, hi_runs, row, q_all);
-                    group::<H, LO_NIBBLES, false>(&mut acc, lo, lo_runs, row, lo_q);
+                    group::<H, HI_NIBBLES, true, ONE>(&mut acc, hi, hi_runs, row, q_all);
+                    group::<H, LO_NIBBLES, false, ONE>(&mut acc, lo, lo_runs, row, lo_q);
                 } else {
-                    group::<H, LO_NIBBLES, true>(&mut acc, lo, lo_runs, row, lo_q);
+                    group::<H, LO_NIBBLES, true, ONE>(&mut acc, lo, lo_runs, row, lo_q);
                 }
             }
             row = row.wrapping_add(bytes);
