@@ -200,27 +200,16 @@ unsafe fn tile<V: Vector, L: Lanes, const NQ: usize, const NG: usize>(
         for q in 0..NQ {
             for g in 0..NG {
                 let at = acc.as_mut_ptr().add((q0 + q) * d + groups[g].first);
-                let mask = V::mask(groups[g].n);
-                let whole = groups[g].n == V::N;
+                let n = groups[g].n;
                 let sum = match page.grid {
                     // The chunk's exact sums, added once: a multiply, then an add.
-                    Some(_) => {
-                        let old = if whole {
-                            V::load(at)
-                        } else {
-                            V::load_masked(at, mask)
-                        };
-                        V::add(old, V::mul(a[q][g], V::splat(factors[q])))
-                    }
+                    Some(_) => V::add(
+                        V::load_part(at, n),
+                        V::mul(a[q][g], V::splat(factors[q])),
+                    ),
                     None => a[q][g],
                 };
-                // A whole group takes a plain store: AMD runs AVX2's masked store as
-                // microcode, tens of cycles each.
-                if whole {
-                    V::store(at, sum);
-                } else {
-                    V::store_masked(at, mask, sum);
-                }
+                V::store_part(at, n, sum);
             }
         }
     }

@@ -3,6 +3,7 @@
 
 use super::Codebooks;
 use crate::simd::avx2::tail_mask;
+use crate::simd::x86::Vector;
 use std::arch::x86_64::*;
 
 /// # Safety
@@ -45,13 +46,7 @@ pub unsafe fn quantize(books: Codebooks<'_>, y: &[f32], codes: &mut [u8], recon:
                     ),
                     _ => _mm256_i32gather_ps::<4>(l.as_ptr(), count),
                 };
-                // AMD runs AVX2's masked store as microcode (tens of cycles): whole
-                // registers take a plain one.
-                if n == 8 {
-                    _mm256_storeu_ps(recon.as_mut_ptr().add(c), v);
-                } else {
-                    _mm256_maskstore_ps(recon.as_mut_ptr().add(c), mask, v);
-                }
+                __m256::store_part(recon.as_mut_ptr().add(c), n, v);
                 let b = _mm256_shuffle_epi8(count, gather);
                 let lo = _mm_cvtsi128_si32(_mm256_castsi256_si128(b)) as u32 as u64;
                 let hi = _mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(b)) as u32 as u64;
