@@ -16,14 +16,19 @@ crate::isa::x86_kernels! {
     fn accumulate_codes(r: CodedRows<'_>, weights: &[f32], stride: usize, acc: &mut [f32]);
 }
 
-/// Query heads and channel groups per register tile.
-fn tile_size<V: Vector>() -> usize {
-    if V::N == 8 {
-        3
+/// Query heads and channel groups per register tile for `n_qh` query heads.
+fn tile_size<V: Vector>(n_qh: usize) -> (usize, usize) {
+    if V::N == 16 {
+        (4, 4)
+    } else if n_qh >= 2 * MANY_HEADS_TILE.0 {
+        MANY_HEADS_TILE
     } else {
-        4
+        (3, 3)
     }
 }
+
+/// The AVX2 tile of a call with many query heads: 6 heads × 2 groups.
+const MANY_HEADS_TILE: (usize, usize) = (6, 2);
 
 /// Up to one register of channels `first..first + n` of a row (an accumulator tile's unit).
 #[derive(Clone, Copy, Debug, Default)]
@@ -110,8 +115,8 @@ struct At<'a> {
     staged: &'a Staged,
 }
 
-/// Most query heads of a tile (AVX-512's 4).
-const MAX_TILE: usize = 4;
+/// Most query heads of a tile.
+const MAX_TILE: usize = 6;
 
 /// One chunk's weights for a tile's query heads, times the rows' scales (on the grid when the
 /// page's rows are), staged once for all the tiles of those heads.
@@ -182,19 +187,41 @@ unsafe fn tile<V: Vector, L: Lanes, const NQ: usize, const NG: usize>(
                 }
             }
         }
-        let mut live = chunk.live;
-        while live != 0 {
-            let t = live.trailing_zeros() as usize;
-            live &= live - 1;
-            let mut w = [V::zero(); NQ];
-            for q in 0..NQ {
-                w[q] = V::splat(ws[q][t]);
-            }
-            for g in 0..NG {
-                let x: V = src.load(chunk.c0 + t, &groups[g]);
+        // The row's groups first, then one weight broadcast at a time: a tile of 6 heads × 2
+        // groups keeps 12 accumulators, 2 groups and a weight in the 16 ymm. (A macro, not a
+        // closure: closures do not inherit the kernel's target features.)
+        macro_rules! add_row {
+            ($t:expr, $x:expr) => {{
+                let (t, x): (usize, [V; NG]) = ($t, $x);
                 for q in 0..NQ {
-                    a[q][g] = V::fma(w[q], x, a[q][g]);
+                    let w = V::splat(ws[q][t]);
+                    for g in 0..NG {
+                        a[q][g] = V::fma(w, x[g], a[q][g]);
+                    }
                 }
+            }};
+        }
+        let whole_groups = groups.iter().all(|g| g.n == V::N);
+        if whole_groups && chunk.live == u32::MAX >> (32 - chunk.n) {
+            // Every row live (a prefill's history): a straight loop, plain loads.
+            for t in 0..chunk.n {
+                let row = src.rows.add((chunk.c0 + t) * d);
+                let mut x = [V::zero(); NG];
+                for g in 0..NG {
+                    x[g] = V::widen(row.add(groups[g].first));
+                }
+                add_row!(t, x);
+            }
+        } else {
+            let mut live = chunk.live;
+            while live != 0 {
+                let t = live.trailing_zeros() as usize;
+                live &= live - 1;
+                let mut x = [V::zero(); NG];
+                for g in 0..NG {
+                    x[g] = src.load(chunk.c0 + t, &groups[g]);
+                }
+                add_row!(t, x);
             }
         }
         for q in 0..NQ {
@@ -248,7 +275,7 @@ unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
     n_groups: usize,
     acc: &mut [f32],
 ) {
-    let tile_qg = tile_size::<V>();
+    let (tile_q, tile_g) = tile_size::<V>(page.n_qh);
     for c0 in (0..page.rows).step_by(32) {
         let nc = (page.rows - c0).min(32);
         // SAFETY: the chunk's weights lie inside `weights` (checked shapes).
@@ -268,21 +295,23 @@ unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
             continue;
         }
         let chunk = Chunk { c0, n: nc, live };
-        for q0 in (0..page.n_qh).step_by(tile_qg) {
-            let nq = (page.n_qh - q0).min(tile_qg);
+        for q0 in (0..page.n_qh).step_by(tile_q) {
+            let nq = (page.n_qh - q0).min(tile_q);
             // SAFETY: `V`'s features; the chunk lies inside the page (checked shapes).
             let staged = unsafe { stage::<V>(page, chunk, q0, nq) };
-            for g0 in (0..n_groups).step_by(tile_qg) {
+            for g0 in (0..n_groups).step_by(tile_g) {
                 let at = At {
                     chunk,
                     g0,
-                    n_groups: (n_groups - g0).min(tile_qg),
+                    n_groups: (n_groups - g0).min(tile_g),
                     q0,
                     staged: &staged,
                 };
                 // SAFETY: `V`'s features; the tile's heads and groups are inside acc.
                 unsafe {
                     match nq {
+                        6 => tile_of::<V, L, 6>(src, page, at, acc),
+                        5 => tile_of::<V, L, 5>(src, page, at, acc),
                         4 => tile_of::<V, L, 4>(src, page, at, acc),
                         3 => tile_of::<V, L, 3>(src, page, at, acc),
                         2 => tile_of::<V, L, 2>(src, page, at, acc),

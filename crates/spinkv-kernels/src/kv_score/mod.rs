@@ -223,8 +223,16 @@ pub(crate) fn for_each_coded_block(
     ) -> crate::test_util::Check,
 ) -> crate::test_util::Check {
     for layout in parity_layouts() {
-        // 12 heads: past the narrow value kernel's head limit (prefill's blocked path).
-        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 17), (12, 33)] {
+        // 12 and 13 heads: past the narrow value kernel's head limit (prefill's blocked path,
+        // its many-heads tile and a remainder; rows 32.. a chunk with every row live).
+        for (n_qh, rows) in [
+            (1usize, 1usize),
+            (3, 32),
+            (9, 37),
+            (4, 17),
+            (12, 33),
+            (13, 37),
+        ] {
             let (packed, hi, lo) = random_block(rng, &layout, rows);
             let levels = Levels { hi: &hi, lo: &lo };
             let scales: Vec<f32> = (0..rows).map(|_| 1.0 + rng.uniform()).collect();
@@ -251,7 +259,15 @@ pub(crate) fn for_each_f16_block(
     use crate::test_util::{random_vec, AWKWARD_SIZES};
     // The awkward dims, then the models' head dims 64 and 128.
     for &d in AWKWARD_SIZES[..13].iter().chain(&[64, 128]) {
-        for (n_qh, rows) in [(1usize, 1usize), (3, 32), (9, 37), (4, 33)] {
+        // 12 and 13 heads: the value scan's many-heads tile (as for the coded blocks).
+        for (n_qh, rows) in [
+            (1usize, 1usize),
+            (3, 32),
+            (9, 37),
+            (4, 33),
+            (12, 33),
+            (13, 37),
+        ] {
             let values: Vec<f16> = random_vec(rng.next_u64(), rows * d)
                 .iter()
                 .map(|&v| f16::from_f32(v))
