@@ -379,12 +379,14 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
     ]);
     for (i, layout) in layouts.into_iter().enumerate() {
         // Past 16 heads AVX-512 lays the run out once (`avx512::heads`): a head count that
-        // leaves a partial group of eight, and a run that ends in a partial block.
+        // leaves a partial group of eight, and a run that ends in a partial block. AVX2 takes
+        // heads in passes of 8, then 4, then the rest: 14 is one of each.
         for (n_qh, rows) in [
             (1usize, 1usize),
             (3, 32),
             (9, 37),
             (4, 17),
+            (14, 20),
             (19, 30),
             (32, 16),
         ] {
