@@ -259,7 +259,8 @@ pub(crate) fn for_each_f16_block(
     use crate::test_util::{random_vec, AWKWARD_SIZES};
     // The awkward dims, then the models' head dims 64 and 128.
     for &d in AWKWARD_SIZES[..13].iter().chain(&[64, 128]) {
-        // 12 and 13 heads: the value scan's many-heads tile (as for the coded blocks).
+        // 12 to 14 heads: the value scan's many-heads tile (as for the coded blocks); a page of
+        // at most 32 rows is widened once for it.
         for (n_qh, rows) in [
             (1usize, 1usize),
             (3, 32),
@@ -267,6 +268,7 @@ pub(crate) fn for_each_f16_block(
             (4, 33),
             (12, 33),
             (13, 37),
+            (14, 20),
         ] {
             let values: Vec<f16> = random_vec(rng.next_u64(), rows * d)
                 .iter()
