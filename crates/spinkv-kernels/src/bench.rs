@@ -11,6 +11,9 @@ use half::f16;
 const D: usize = 64;
 const N_QH: usize = 3;
 const PAGE: usize = 32;
+/// Query heads of one KV head in a prefill work item: 64 queries × 3 (a 256-token prefill split
+/// four ways on 2 threads).
+const PREFILL_HEADS: usize = 192;
 
 /// Gaussian-like levels/thresholds of a `bits`-bit codebook for unit vectors of dim 64.
 fn book(bits: u32) -> (Vec<f32>, Vec<f32>) {
@@ -332,6 +335,98 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
         );
     }
 
+    // Prefill's scans: 64 queries × 3 query heads of one KV head (an item of a 256-token prefill
+    // on 2 threads) against a 256-token tile, sealed pages scanned as the attention loop does
+    // (one key call per tile, one value call per page: past the narrow tiles' head limit) and
+    // fp16 pages one by one.
+    let heads = PREFILL_HEADS;
+    let tile_rows = TILE * PAGE;
+    let mut prefill_scores = vec![0.0f32; heads * tile_rows];
+    let prefill_weights: Vec<f32> = (0..heads * tile_rows)
+        .map(|i| 0.01 + pseudo(i + 11).abs())
+        .collect();
+    let prefill_queries: Vec<f32> = (0..heads * D).map(|i| pseudo(i + 13)).collect();
+    let mut prefill_acc = vec![0.0f32; heads * D];
+    let mut heads_query = vec![0i16; heads * qlen];
+    let mut heads_factors = vec![0.0f32; heads];
+    for (h, (q, f)) in heads_query
+        .chunks_exact_mut(qlen)
+        .zip(&mut heads_factors)
+        .enumerate()
+    {
+        *f = kv_score::int_dot::quantize_query(
+            &key_layout,
+            &int_levels,
+            &prefill_queries[h * D..(h + 1) * D],
+            q,
+        );
+    }
+    for (side, out) in sides.iter().zip(tile_scales.chunks_exact_mut(PAGE)) {
+        scales::decode_log_u8(side, -2.0, 0.02, out);
+    }
+    let s = time(now, min_ms, || {
+        let rows = kv_score::int_dot::IntRows {
+            pages: &key_pages[..TILE],
+            page_rows: PAGE,
+            layout: &key_layout,
+            levels: &int_levels,
+            scales: &tile_scales,
+        };
+        let queries = kv_score::int_dot::IntQueries {
+            n_qh: heads,
+            values: &heads_query,
+            value_stride: qlen,
+            factors: &heads_factors,
+            factor_stride: 1,
+        };
+        kv_score::int_dot::score_codes_int(rows, queries, &mut prefill_scores, tile_rows);
+    });
+    say(
+        &format!("prefill key scan int K3.5 ({heads} qh)"),
+        per_head(tile_rows, heads, s),
+    );
+    let s = time(now, min_ms, || {
+        for (p, page) in value_pages[..TILE].iter().enumerate() {
+            kv_accumulate::accumulate_code_pages(
+                &[page],
+                PAGE,
+                &value_layout,
+                value_levels,
+                &tile_scales[p * PAGE..(p + 1) * PAGE],
+                &prefill_weights[p * PAGE..],
+                tile_rows,
+                &mut prefill_acc,
+            );
+        }
+    });
+    say(
+        &format!("prefill value scan V3 ({heads} qh)"),
+        per_head(tile_rows, heads, s),
+    );
+    let fp16_page: Vec<f16> = (0..PAGE * D)
+        .map(|i| f16::from_f32(pseudo(i + 17)))
+        .collect();
+    let s = time(now, min_ms, || {
+        for p in 0..TILE {
+            let scores = &mut prefill_scores[p * PAGE..];
+            kv_score::score_f16(&fp16_page, D, &prefill_queries, scores, tile_rows);
+        }
+    });
+    say(
+        &format!("prefill key scan fp16 ({heads} qh)"),
+        per_head(tile_rows, heads, s),
+    );
+    let s = time(now, min_ms, || {
+        for p in 0..TILE {
+            let weights = &prefill_weights[p * PAGE..];
+            kv_accumulate::accumulate_f16(&fp16_page, D, weights, tile_rows, &mut prefill_acc);
+        }
+    });
+    say(
+        &format!("prefill value scan fp16 ({heads} qh)"),
+        per_head(tile_rows, heads, s),
+    );
+
     // Append-time encoding of one token's key (the codec's steps: norm, rotate, snap, pack).
     let signs: Vec<f32> = (0..D)
         .map(|i| if pseudo(i) > 0.0 { 1.0 } else { -1.0 })
@@ -357,6 +452,16 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
         format!("{:7.1} ns/token", s * 1e9),
     );
     lines
+}
+
+/// Time per token (all `heads` query heads, as the other scan lines' tokens cover their 3), and
+/// the multiply-adds per second that makes (head dim 64).
+fn per_head(tokens: usize, heads: usize, seconds: f64) -> String {
+    format!(
+        "{:7.1} ns/token  {:5.1} GMAC/s",
+        seconds * 1e9 / tokens as f64,
+        (tokens * heads * D) as f64 / seconds / 1e9
+    )
 }
 
 fn rate(bytes: usize, tokens: usize, seconds: f64) -> String {
