@@ -257,20 +257,7 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
     // the pages stored apart as in the cache's pool), scales decoded per page.
     let int_levels = kv_score::int_dot::IntLevels::new(&key_layout, levels).expect("K3.5 fits");
     let qlen = kv_score::int_dot::query_len(&key_layout);
-    let mut int_query = vec![0i16; N_QH * qlen];
-    let mut factors = [0.0f32; N_QH];
-    for (h, (q, f)) in int_query
-        .chunks_exact_mut(qlen)
-        .zip(&mut factors)
-        .enumerate()
-    {
-        *f = kv_score::int_dot::quantize_query(
-            &key_layout,
-            &int_levels,
-            &queries[h * D..(h + 1) * D],
-            q,
-        );
-    }
+    let (int_query, factors) = quantized_queries(&key_layout, &int_levels, &queries);
     let int_queries = kv_score::int_dot::IntQueries {
         n_qh: N_QH,
         values: &int_query,
@@ -347,20 +334,8 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
         .collect();
     let prefill_queries: Vec<f32> = (0..heads * D).map(|i| pseudo(i + 13)).collect();
     let mut prefill_acc = vec![0.0f32; heads * D];
-    let mut heads_query = vec![0i16; heads * qlen];
-    let mut heads_factors = vec![0.0f32; heads];
-    for (h, (q, f)) in heads_query
-        .chunks_exact_mut(qlen)
-        .zip(&mut heads_factors)
-        .enumerate()
-    {
-        *f = kv_score::int_dot::quantize_query(
-            &key_layout,
-            &int_levels,
-            &prefill_queries[h * D..(h + 1) * D],
-            q,
-        );
-    }
+    let (heads_query, heads_factors) =
+        quantized_queries(&key_layout, &int_levels, &prefill_queries);
     for (side, out) in sides.iter().zip(tile_scales.chunks_exact_mut(PAGE)) {
         scales::decode_log_u8(side, -2.0, 0.02, out);
     }
@@ -452,6 +427,24 @@ pub fn run(isa: Isa, now: &dyn Fn() -> f64) -> Vec<String> {
         format!("{:7.1} ns/token", s * 1e9),
     );
     lines
+}
+
+/// Each head of `queries` (`[n_qh][D]`) quantised for the integer key scan: the int16s
+/// (`query_len` a head) and each head's factor.
+fn quantized_queries(
+    layout: &CodeLayout,
+    levels: &kv_score::int_dot::IntLevels,
+    queries: &[f32],
+) -> (Vec<i16>, Vec<f32>) {
+    let qlen = kv_score::int_dot::query_len(layout);
+    let n_qh = queries.len() / D;
+    let mut values = vec![0i16; n_qh * qlen];
+    let factors = values
+        .chunks_exact_mut(qlen)
+        .zip(queries.chunks_exact(D))
+        .map(|(q, query)| kv_score::int_dot::quantize_query(layout, levels, query, q))
+        .collect();
+    (values, factors)
 }
 
 /// Time per token (all `heads` query heads, as the other scan lines' tokens cover their 3), and

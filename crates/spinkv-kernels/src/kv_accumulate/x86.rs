@@ -20,7 +20,7 @@ crate::isa::x86_kernels! {
 fn tile_size<V: Vector>(n_qh: usize) -> (usize, usize) {
     if V::N == 16 {
         (4, 4)
-    } else if n_qh >= 2 * MANY_HEADS_TILE.0 {
+    } else if many_heads::<V>(n_qh) {
         MANY_HEADS_TILE
     } else {
         (3, 3)
@@ -31,6 +31,11 @@ fn tile_size<V: Vector>(n_qh: usize) -> (usize, usize) {
 /// against decode's 3 × 3. 192 heads × 256 rows of V3 codes, one thread, AMD EPYC Zen 3: 228,
 /// 237, 230 µs with 3 × 3 tiles (and a load mask worked out every row) against 128, 122, 114.
 const MANY_HEADS_TILE: (usize, usize) = (6, 2);
+
+/// Whether an AVX2 call of `n_qh` query heads takes [`MANY_HEADS_TILE`]s.
+fn many_heads<V: Vector>(n_qh: usize) -> bool {
+    V::N == 8 && n_qh >= 2 * MANY_HEADS_TILE.0
+}
 
 /// Up to one register of channels `first..first + n` of a row (an accumulator tile's unit).
 #[derive(Clone, Copy, Debug, Default)]
@@ -356,8 +361,7 @@ unsafe fn accumulate_f16<V: Vector>(
     // The page's lines asked for at once, as the fp16 key scan does: decode attention at depth
     // 7,680 B/A 0.983, 0.978, 0.997 in-process (turbo, 2 threads, AMD EPYC Zen 4).
     crate::prefetch::to_l1(crate::convert::half_bytes(values));
-    let many_heads = V::N == 8 && page.n_qh >= 2 * MANY_HEADS_TILE.0;
-    if many_heads && page.rows <= CODE_BLOCK && d <= MAX_BLOCKED_DIM {
+    if many_heads::<V>(page.n_qh) && page.rows <= CODE_BLOCK && d <= MAX_BLOCKED_DIM {
         // Many heads (prefill): the page's rows widened once into a buffer, not once per
         // register tile of 6 heads: prefill of 256 tokens after 512 B/A 1.029, 1.014, 1.021
         // in-process (turbo, 2 threads, AMD EPYC Zen 3).
