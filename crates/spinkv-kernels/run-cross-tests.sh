@@ -66,8 +66,15 @@ if { [ "$only" = all ] || [ "$only" = neon ]; } && [ "$check" = 0 ]; then
     "$DEB_CARGO" test --release --target aarch64-unknown-linux-gnu -p spinkv-kernels -p spinkv-kv \
         -- --nocapture 2>&1 >/dev/null | grep -E '^(neon:|skipped:|error)' || true
     # grep swallows cargo's status: run once more quietly to fail the script on a failure
-    # (everything is built and cached by now).
-    "$DEB_CARGO" test --release --target aarch64-unknown-linux-gnu -p spinkv-kernels -p spinkv-kv -q >/dev/null
+    # (everything is built and cached by now), and show which test failed and why.
+    quiet_log=$(mktemp)
+    if ! "$DEB_CARGO" test --release --target aarch64-unknown-linux-gnu -p spinkv-kernels -p spinkv-kv \
+        -q >"$quiet_log" 2>&1; then
+        grep -v -E '^(neon:|skipped:)' "$quiet_log" | tail -n 60 >&2
+        rm -f "$quiet_log"
+        exit 1
+    fi
+    rm -f "$quiet_log"
     if [ "$bench" = 1 ]; then
         log "NEON kernel benchmark (emulated by qemu: not a speed figure)"
         "$DEB_CARGO" run --release --target aarch64-unknown-linux-gnu -p spinkv-kernels \

@@ -162,11 +162,14 @@ mod tests {
             let mut laps = Laps::start(Some(&counters));
             std::thread::sleep(std::time::Duration::from_millis(2));
             laps.lap(Phase::KeyScan);
+            std::thread::sleep(std::time::Duration::from_millis(1));
             laps.lap(Phase::Softmax);
         }
+        // Lower bounds only: a thread descheduled between two laps (a loaded machine, qemu)
+        // may be charged any amount more.
         let times = counters.times();
         assert!(times.key_scan_ns >= 2_000_000, "{times:?}");
-        assert!(times.key_scan_ns > times.softmax_ns);
+        assert!(times.softmax_ns >= 1_000_000, "{times:?}");
         assert_eq!(times.value_scan_ns, 0);
 
         let mut off = Laps::start(None);
