@@ -6,6 +6,8 @@
 //! once per token.
 
 crate::isa::isa_modules!(scalar, x86, quad);
+#[cfg(target_arch = "x86_64")]
+mod avx2_f16;
 
 use crate::isa::{active_isa, dispatch, Isa};
 use crate::WeightRef;

@@ -3,12 +3,13 @@
 //!
 //! AVX2: the canonical lanes 0–7 and 8–15 of a dot product never meet before the final
 //! reduction, so a tile runs the whole `k` loop twice, once per 8-lane half, and an output
-//! needs one ymm accumulator at a time instead of two. That buys a 4 rows × 3 tokens tile:
-//! 12 accumulators + 3 activation vectors + 1 widened weight vector = the 16 ymm registers,
-//! 12 FMAs per 7 loads, each weight widened once per 3 tokens and each activation vector
-//! reused by 4 rows (a 2 × 2 tile of two-register sums did 8 FMAs per 8 loads + 4 widenings).
-//! The second pass reads the tile's rows and tokens from L1. Outputs are bit-identical to the
-//! scalar reference: every lane sees the same FMAs in the same order.
+//! needs one ymm accumulator at a time instead of two. The tile here is 3 rows × 3 tokens (9
+//! accumulators, each weight widened once per 3 tokens, each activation vector reused by 3
+//! rows; a 2 × 2 tile of two-register sums did 8 FMAs per 8 loads + 4 widenings); on f16
+//! weights `avx2_f16`'s 4 × 3 tile runs instead, its loop in assembly because LLVM spilled
+//! the intrinsics version's 12 accumulators. The second pass reads the tile's rows and tokens
+//! from L1. Outputs are bit-identical to the scalar reference: every lane sees the same FMAs
+//! in the same order.
 //!
 //! AVX-512: one zmm holds all 16 lanes; a 4 × 6 tile (24 accumulators + 4 weight vectors + 1
 //! activation vector of the 32 zmm), each weight widened in the loop once per 6 tokens.
@@ -18,6 +19,7 @@
 //! widen f16 row blocks to f32 once per token block into a buffer and sweep tokens inside
 //! rows; on Zen 4 widening in the loop with rows inside tokens ran 15–20 % faster.)
 
+use super::avx2_f16;
 use super::TileArgs;
 use crate::simd::x86::{on_width, Vector};
 use crate::simd::Lanes;
@@ -37,7 +39,11 @@ crate::isa::x86_kernels! {
 trait Tiles: Vector {
     const ROWS: usize;
     const TOKENS: usize;
-    /// The tile of `nr` rows × `nt` tokens (each `ROWS`/`TOKENS` or 1).
+    /// The register tile for weights of type `L`: (rows, tokens).
+    fn shape<L: Lanes>() -> (usize, usize) {
+        (Self::ROWS, Self::TOKENS)
+    }
+    /// The tile of `nr` rows × `nt` tokens (each as [`Tiles::shape`] gives them, or 1).
     ///
     /// # Safety
     /// As [`tile`].
@@ -68,8 +74,36 @@ macro_rules! tiles {
 }
 
 tiles! {
-    __m256: 3 x 3, tile_halves;
     __m512: 4 x 6, tile;
+}
+
+/// AVX2: 3 rows × 3 tokens, and on f16 weights [`avx2_f16`]'s 4 × 3 tile.
+impl Tiles for __m256 {
+    const ROWS: usize = 3;
+    const TOKENS: usize = 3;
+    fn shape<L: Lanes>() -> (usize, usize) {
+        if L::IS_F16 {
+            (avx2_f16::ROWS, avx2_f16::TOKENS)
+        } else {
+            (Self::ROWS, Self::TOKENS)
+        }
+    }
+    #[inline(always)]
+    unsafe fn tile<L: Lanes>(nr: usize, nt: usize, a: TileArgs<L>) {
+        // SAFETY: forwarded from the caller; L is f16 where the f16 tile runs.
+        unsafe {
+            match (nr, nt) {
+                (avx2_f16::ROWS, avx2_f16::TOKENS) if L::IS_F16 => {
+                    avx2_f16::tile(a.w.cast(), a.x, a.y, a.k, a.y_stride)
+                }
+                (3, 3) => tile_halves::<Self, L, 3, 3>(a),
+                (avx2_f16::ROWS, _) if L::IS_F16 => tile_halves::<Self, L, 4, 1>(a),
+                (3, _) => tile_halves::<Self, L, 3, 1>(a),
+                (_, 3) => tile_halves::<Self, L, 1, 3>(a),
+                _ => tile_halves::<Self, L, 1, 1>(a),
+            }
+        }
+    }
 }
 
 /// # Safety
@@ -117,7 +151,8 @@ unsafe fn matmul_lanes<V: Tiles, L: Lanes>(
         }
     };
     let weight_bytes = core::mem::size_of::<L>();
-    super::for_each_tile_rows_inner(rows, n_tokens, k, weight_bytes, V::ROWS, V::TOKENS, tile);
+    let (r_tile, t_tile) = V::shape::<L>();
+    super::for_each_tile_rows_inner(rows, n_tokens, k, weight_bytes, r_tile, t_tile, tile);
 }
 
 /// The tile of `nr` × `nt` at `w`, `x`, `y` (as in [`TileArgs`]).
