@@ -13,7 +13,6 @@
 //! Every lane sees the FMAs and every sum the additions of the scalar reference, in its order
 //! (`crate::canon`): the outputs are bit for bit the intrinsics tile's.
 
-use crate::simd::x86::Vector;
 use half::f16;
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -54,21 +53,11 @@ pub(super) unsafe fn tile(w: *const f16, x: *const f32, y: *mut f32, k: usize, y
 #[inline]
 #[target_feature(enable = "avx,avx2,fma,f16c")]
 unsafe fn half_sums(w: *const f16, x: *const f32, k: usize, half: usize) -> [__m128; TOKENS] {
-    let k16 = k / 16 * 16;
-    // SAFETY: whole blocks read below k16; the partial one only below k (caller's bounds).
+    // SAFETY: whole blocks read below k / 16 * 16; the partial one only below k (caller's
+    // bounds).
     unsafe {
-        let mut acc = whole_blocks(w.add(half), x.add(half), k, k16 / 16);
-        // This half's share of the partial block: elements k16 + half + 0..n.
-        let n = (k - k16).saturating_sub(half).min(8);
-        if n > 0 {
-            for (i, row) in acc.iter_mut().enumerate() {
-                let wv = <__m256 as Vector>::widen_part(w.add(i * k + k16 + half), n);
-                for (t, sum) in row.iter_mut().enumerate() {
-                    let xv = <__m256 as Vector>::widen_part(x.add(t * k + k16 + half), n);
-                    *sum = _mm256_fmadd_ps(wv, xv, *sum);
-                }
-            }
-        }
+        let mut acc = whole_blocks(w.add(half), x.add(half), k, k / 16);
+        super::x86::add_partial_block(&mut acc, w, x, k, half);
         std::array::from_fn(|t| reduce_half_x4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]))
     }
 }

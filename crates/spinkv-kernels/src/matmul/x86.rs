@@ -333,9 +333,31 @@ unsafe fn half_sums<V: Vector, L: Lanes, const R: usize, const T: usize>(
             w = w.add(16);
             x = x.add(16);
         }
-        // This half's share of the partial block: elements k16 + half + 0..n.
-        let n = (k - k16).saturating_sub(half).min(8);
+        add_partial_block(&mut acc, a.w, a.x, k, half);
+        acc
+    }
+}
+
+/// Adds to the tile's half sums `acc` (rows `w + i · k`, tokens `x + t · k`) this half's share
+/// of the partial block past the whole 16-element blocks: elements `k16 + half + 0..n`.
+///
+/// # Safety
+/// `V`'s features; rows and tokens readable for `k` elements; `half` is 0 or 8.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub(super) unsafe fn add_partial_block<V: Vector, L: Lanes, const R: usize, const T: usize>(
+    acc: &mut [[V; T]; R],
+    w: *const L,
+    x: *const f32,
+    k: usize,
+    half: usize,
+) {
+    let start = k / 16 * 16 + half;
+    let n = k.saturating_sub(start).min(8);
+    // SAFETY: elements start..start + n lie below k in every row / token (caller's bounds).
+    unsafe {
         if n > 0 {
+            let (w, x) = (w.add(start), x.add(start));
             for i in 0..R {
                 let wv = V::widen_part(w.add(i * k), n);
                 for t in 0..T {
@@ -344,6 +366,5 @@ unsafe fn half_sums<V: Vector, L: Lanes, const R: usize, const T: usize>(
                 }
             }
         }
-        acc
     }
 }
