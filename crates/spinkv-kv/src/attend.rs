@@ -332,19 +332,54 @@ fn plan_items(
 /// older pages' values hardly at all and others' nearly all (depth 7,680 on the licence mix:
 /// layers 0–11 read 2.5–3.0 of 3 heads' blocks a page, layers 12–29 0.02–0.5 in the first half
 /// and 0.5–2.4 in the second), so a page's cost follows what the layer's last decode split read
-/// of it. The costs are a fit of `time = key · sealed + value · read + fp16 · fp16 + const` (per
-/// head-token) to the median time of each layer's two items over 256 decode steps, split by
-/// this model (SmolLM2-135M, turbo, 2 threads, AMD EPYC Zen 4, licence mix): 5.2, 4.2 and 32 ns
-/// at depth 7,680; 6.6, 4.1 and 38 ns at 2,048; here 5.6, 4.2 and 35. In-process A/B of decode
-/// attention, these costs against key 4, value 4.4, fp16 32 ns (an earlier fit, made while one
-/// split served every layer): at 7,680 licence mix 0.977, Python code 0.957; at 2,048 0.944,
-/// 0.952. That one against a single cost per sealed token (and an fp16 token at 3–6 of them, by
-/// depth): at 7,680 0.970, 0.968, bash manual 0.992; at 2,048 0.921, 0.938. A key cost of 6.6 ns
-/// read 1.031, 0.997, 0.885, 1.005 against these: within the noise. Old and new binaries in
-/// turns read less than these A/Bs add up to (docs/PERFORMANCE.md).
-pub(crate) const SEALED_KEY_COST: usize = 28;
-pub(crate) const SEALED_VALUE_COST: usize = 21;
-pub(crate) const FP16_HEAD_COST: usize = 175;
+/// of it. What a page costs against an fp16 page depends on the kernels: see [`split_costs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SplitCosts {
+    pub(crate) sealed_key: usize,
+    pub(crate) sealed_value: usize,
+    pub(crate) fp16: usize,
+}
+
+/// The costs where the AVX-512 kernels run: a fit of `time = key · sealed + value · read + fp16
+/// · fp16 + const` (per head-token) to the median time of each layer's two items over 256
+/// decode steps, split by this model (SmolLM2-135M, turbo, 2 threads, AMD EPYC Zen 4, licence
+/// mix): 5.2, 4.2 and 32 ns at depth 7,680; 6.6, 4.1 and 38 ns at 2,048; here 5.6, 4.2 and 35.
+/// In-process A/B of decode attention, these costs against key 4, value 4.4, fp16 32 ns (an
+/// earlier fit, made while one split served every layer): at 7,680 licence mix 0.977, Python
+/// code 0.957; at 2,048 0.944, 0.952. That one against a single cost per sealed token (and an
+/// fp16 token at 3–6 of them, by depth): at 7,680 0.970, 0.968, bash manual 0.992; at 2,048
+/// 0.921, 0.938. A key cost of 6.6 ns read 1.031, 0.997, 0.885, 1.005 against these: within
+/// the noise.
+const AVX512_COSTS: SplitCosts = SplitCosts {
+    sealed_key: 28,
+    sealed_value: 21,
+    fp16: 175,
+};
+
+/// The costs where the best kernels are AVX2's: a sealed page's keys cost more against an fp16
+/// page than on AVX-512 (the integer key scan has no VBMI cut and no VNNI sums there). With the
+/// AVX-512 costs, on a 2-core AMD EPYC Zen 3 at depth 7,680, the item of the older pages took
+/// 293 µs a layer and the one ending in the fp16 window 250 (mean over 256 decode steps); with
+/// a key cost of 36, 40, 44 the two read 272 / 255, 266 / 257, 251 / 246 µs. In-process A/B of
+/// decode (SmolLM2-135M F16, turbo, 2 threads, licence mix), attention B/A with a key cost of
+/// 48 against 28: 0.868, 0.959 at 7,680; 0.944, 0.866 at 2,048; 1.010, 0.977 at 4,096 (44:
+/// 0.938, 0.958, 0.925; 56: 0.960, 0.945; a value cost of 14: 0.970, 0.980; key 40 and fp16
+/// 140: 0.984, 1.045 — all at 7,680).
+const AVX2_COSTS: SplitCosts = SplitCosts {
+    sealed_key: 48,
+    sealed_value: 21,
+    fp16: 175,
+};
+
+/// This machine's split costs, by the best ISA its CPU has rather than the active one: every
+/// ISA a machine runs then splits a decode step alike, so their logits stay bit-identical
+/// (tests/test_isa_parity.py). CPUs whose best is not x86 keep the AVX-512 fit (unmeasured).
+pub(crate) fn split_costs() -> SplitCosts {
+    match spinkv_kernels::detected_isa() {
+        spinkv_kernels::Isa::Avx2 => AVX2_COSTS,
+        _ => AVX512_COSTS,
+    }
+}
 
 /// What scanning each segment of a layer costs: the fp16 pages by their tokens, the sealed
 /// pages by their keys and by the value blocks `reads` (per segment, the layer's last decode
@@ -360,13 +395,14 @@ impl SegmentCosts<'_> {
     /// Each segment's cost, in segment order.
     pub(crate) fn each(&self) -> impl Iterator<Item = usize> + '_ {
         let (table, p, heads) = (self.table, self.page_tokens, self.n_kv_heads);
+        let costs = split_costs();
         let first = table.sink.pages.len();
-        let key = p * SEALED_KEY_COST * heads;
+        let key = p * costs.sealed_key * heads;
         let sealed = (first..first + table.sealed.len())
-            .map(move |index| key + p * SEALED_VALUE_COST * self.read(index));
-        fp16_costs(&table.sink, p, heads)
+            .map(move |index| key + p * costs.sealed_value * self.read(index));
+        fp16_costs(&table.sink, p, heads, costs.fp16)
             .chain(sealed)
-            .chain(fp16_costs(&table.window, p, heads))
+            .chain(fp16_costs(&table.window, p, heads, costs.fp16))
     }
 
     /// KV heads whose value blocks count as read of segment `index`.
@@ -379,7 +415,8 @@ impl SegmentCosts<'_> {
     /// The sum of [`SegmentCosts::each`], the sealed pages' without walking them one by one.
     pub(crate) fn total(&self) -> usize {
         let (table, p, heads) = (self.table, self.page_tokens, self.n_kv_heads);
-        let fp16 = |run: &crate::table::TokenRun| FP16_HEAD_COST * heads * run.tokens;
+        let costs = split_costs();
+        let fp16 = |run: &crate::table::TokenRun| costs.fp16 * heads * run.tokens;
         let (first, n_sealed) = (table.sink.pages.len(), table.sealed.len());
         let recorded = self.reads.map_or(&[][..], |r| {
             &r[first.min(r.len())..(first + n_sealed).min(r.len())]
@@ -387,8 +424,8 @@ impl SegmentCosts<'_> {
         let reads = recorded.iter().map(|&r| r as usize).sum::<usize>()
             + (n_sealed - recorded.len()) * heads;
         fp16(&table.sink)
-            + n_sealed * p * SEALED_KEY_COST * heads
-            + p * SEALED_VALUE_COST * reads
+            + n_sealed * p * costs.sealed_key * heads
+            + p * costs.sealed_value * reads
             + fp16(&table.window)
     }
 
@@ -408,14 +445,14 @@ impl SegmentCosts<'_> {
     }
 }
 
-/// The costs of a run of fp16 pages, by their tokens.
+/// The costs of a run of fp16 pages, by their tokens (`head_cost` a token and KV head).
 fn fp16_costs(
     run: &crate::table::TokenRun,
     page_tokens: usize,
     n_kv_heads: usize,
+    head_cost: usize,
 ) -> impl Iterator<Item = usize> + '_ {
-    (0..run.pages.len())
-        .map(move |page| FP16_HEAD_COST * n_kv_heads * run.count_of(page, page_tokens))
+    (0..run.pages.len()).map(move |page| head_cost * n_kv_heads * run.count_of(page, page_tokens))
 }
 
 /// [`SegmentCosts::bounds`] of `n` segments costing `costs` (in order), `total` together.

@@ -688,7 +688,7 @@ mod tests {
     /// sinks, sealed pages and a partly filled window, with and without a record.
     #[test]
     fn segment_costs_follow_the_segments() {
-        use crate::attend::{SegmentCosts, FP16_HEAD_COST, SEALED_KEY_COST, SEALED_VALUE_COST};
+        use crate::attend::{split_costs, SegmentCosts};
         use crate::table::PageKind;
         // The split's bounds, walked from every segment's cost and their plain sum.
         let walked_bounds = |costs: &[usize], chunks: usize| -> Vec<usize> {
@@ -716,6 +716,7 @@ mod tests {
                 .collect()
         };
         let heads = SHAPE.n_kv_heads;
+        let c = split_costs();
         for config in configs() {
             let mut cache = KvCache::new(SHAPE, config.clone()).unwrap();
             let mut rng = SplitMix64::new(9);
@@ -740,9 +741,9 @@ mod tests {
                             let seg = table.segment(i, p);
                             let read = reads.and_then(|r| r.get(i)).map_or(heads, |&r| r as usize);
                             match seg.kind {
-                                PageKind::Fp16 => FP16_HEAD_COST * heads * seg.count,
+                                PageKind::Fp16 => c.fp16 * heads * seg.count,
                                 PageKind::Sealed => {
-                                    (SEALED_KEY_COST * heads + SEALED_VALUE_COST * read) * seg.count
+                                    (c.sealed_key * heads + c.sealed_value * read) * seg.count
                                 }
                             }
                         })
