@@ -349,7 +349,8 @@ pub(crate) struct SplitCosts {
 /// code 0.957; at 2,048 0.944, 0.952. That one against a single cost per sealed token (and an
 /// fp16 token at 3–6 of them, by depth): at 7,680 0.970, 0.968, bash manual 0.992; at 2,048
 /// 0.921, 0.938. A key cost of 6.6 ns read 1.031, 0.997, 0.885, 1.005 against these: within
-/// the noise.
+/// the noise. Old and new binaries in turns read less than these A/Bs add up to
+/// (docs/PERFORMANCE.md).
 const AVX512_COSTS: SplitCosts = SplitCosts {
     sealed_key: 28,
     sealed_value: 21,
