@@ -6,11 +6,13 @@
 //! code's two bytes a 16-bit lane, one 64-bit variable shift per register (the lanes of a
 //! qword hold codes that sit at the same bit offset) and a mask, packed back to bytes — and
 //! looks all 32 up with one `vpshufb`. The levels come out biased to unsigned bytes
-//! (`level + 128`), so zero-extending unpacks make them int16 (no shift pair to sign-extend),
-//! and the bias comes back off as `128 · Σ q` per head; the sum is exact in wrapping int32,
-//! so the result is the reference's bits. The codes come out in an order of their own: the
-//! query is permuted to match once per call. Decoded rows stay in registers; each query
-//! head's `vpmaddwd` sums go to an 8-row block whose horizontal sums are reduced together.
+//! (`level + 128`), which `vpmaddubsw` multiplies by the query's bytes as they are: the query
+//! is 7-bit (`QUERY_MAX`), so a pair of products stays inside int16 (2 · 255 · 63 < 2^15), and
+//! one `vpmaddwd` by ones takes the pairs to int32 — two multiplies and an add a head and run,
+//! with no unpacks to int16. The bias comes back off as `128 · Σ q` per head; the sum is exact
+//! in wrapping int32, so the result is the reference's bits. The codes come out in an order of
+//! their own: the query is permuted to match once per call. Decoded rows stay in registers;
+//! each query head's sums go to an 8-row block whose horizontal sums are reduced together.
 //!
 //! The bytewise way (any other supported layout) cuts codes 16 at a time: the group's `2w`
 //! bytes are broadcast, a byte shuffle puts each code's two bytes into its own 16-bit lane, a

@@ -1,5 +1,5 @@
 //! Key scores in integer arithmetic, straight from the packed codes: the rotated query is
-//! quantised once per step and head to int8 (one scale per head; stored as int16s), the
+//! quantised once per step and head to 7 bits (one scale per head; stored as int16s), the
 //! codebook levels once per codec to int8 (one scale shared by both channel groups), and a
 //! token's score is `(factor · Σ_c q_c · level_c(code_c)) · scale_j` with the sum in int32.
 //!
@@ -26,9 +26,12 @@ use crate::isa::{active_isa, dispatch, Isa};
 pub const MAX_INT_DIM: usize = 256;
 /// Largest code width of the integer scan (levels through one 16-entry byte table).
 pub const MAX_INT_WIDTH: u32 = 4;
-/// Integer range of a quantised query coordinate: int8, so AVX-512 VNNI multiplies 64 of them
-/// an instruction (`vpdpbusd`); the other ISAs take the same values in int16 lanes.
-pub(crate) const QUERY_MAX: f32 = 127.0;
+/// Integer range of a quantised query coordinate: 7 bits, so AVX2 multiplies a run's level
+/// bytes (unsigned, up to 255) by it in `vpmaddubsw` without saturating an int16 pair
+/// (2 · 255 · 63 < 2^15); AVX-512 VNNI takes it as int8 (`vpdpbusd`), the other ISAs in int16
+/// lanes.
+pub(crate) const QUERY_MAX: f32 = 63.0;
+const _: () = assert!(2.0 * 255.0 * QUERY_MAX <= i16::MAX as f32);
 /// Integer range of a quantised level.
 const LEVEL_MAX: f32 = 127.0;
 /// Codes per kernel group (one 256-bit register of int16 lanes).
@@ -478,7 +481,7 @@ mod tests {
     }
 
     /// The integer score stays within the quantisation steps of the float score it stands
-    /// for: int8 query (relative step 1/127 of its largest coordinate) and int8 levels
+    /// for: 7-bit query (relative step 1/63 of its largest coordinate) and int8 levels
     /// (half a step of 1/127 of the largest level).
     #[test]
     fn integer_scores_track_the_float_scores() {

@@ -1,5 +1,5 @@
-//! The wide integer scan: 32 codes per load, levels as biased bytes, rows kept in registers
-//! (the parent module's doc says how and why).
+//! The wide integer scan: 32 codes per load, levels as biased bytes multiplied as bytes
+//! (`vpmaddubsw`), rows kept in registers (the parent module's doc says how and why).
 
 use super::{reduce8, BLOCK};
 use crate::codes::CodeLayout;
@@ -7,7 +7,7 @@ use crate::kv_score::int_dot::{padded, query_len, IntLevels, IntQueries, IntRows
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
-/// Codes per run: one 16-byte load, two registers of 16 int16 levels.
+/// Codes per run: one 16-byte load, one register of 32 level bytes.
 const RUN: usize = 32;
 /// Runs per row at most.
 const MAX_RUNS: usize = MAX_INT_DIM / RUN;
@@ -186,46 +186,42 @@ impl WidePlan {
     }
 }
 
-/// The biased levels of a nibble run of the row at `row`, as two registers of int16 lanes.
+/// The biased levels of a nibble run of the row at `row`, as 32 bytes (byte order:
+/// [`code_of_byte`]).
 ///
 /// # Safety
 /// The run's 16 bytes from `row + run.at` are readable.
 #[inline(always)]
-unsafe fn nibbles(cut: &GroupCut, run: &Run, row: *const u8) -> (__m256i, __m256i) {
+unsafe fn nibbles(cut: &GroupCut, run: &Run, row: *const u8) -> __m256i {
     // SAFETY: as the caller vouches.
     let x =
         unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(run.at) as *const __m128i)) };
     let index = _mm256_and_si256(_mm256_srlv_epi64(x, cut.shifts[0]), cut.mask);
-    widen(_mm256_shuffle_epi8(cut.table, index))
+    _mm256_shuffle_epi8(cut.table, index)
 }
 
-/// The biased levels of a shifted run of the row at `row`, as two registers of int16 lanes.
+/// The biased levels of a shifted run of the row at `row`, as 32 bytes (byte order:
+/// [`code_of_byte`]).
 ///
 /// # Safety
 /// The run's 16 bytes from `row + run.at` are readable.
 #[inline(always)]
-unsafe fn shifted(cut: &GroupCut, run: &Run, row: *const u8) -> (__m256i, __m256i) {
+unsafe fn shifted(cut: &GroupCut, run: &Run, row: *const u8) -> __m256i {
     // SAFETY: as the caller vouches.
     let x =
         unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(run.at) as *const __m128i)) };
     let a = _mm256_srlv_epi64(_mm256_shuffle_epi8(x, run.ctrl[0]), cut.shifts[0]);
     let b = _mm256_srlv_epi64(_mm256_shuffle_epi8(x, run.ctrl[1]), cut.shifts[1]);
     let index = _mm256_packus_epi16(_mm256_and_si256(a, cut.mask), _mm256_and_si256(b, cut.mask));
-    widen(_mm256_shuffle_epi8(cut.table, index))
+    _mm256_shuffle_epi8(cut.table, index)
 }
 
-/// Zero-extends 32 bytes to two registers of int16: bytes 0..8 of each 128-bit half, then
-/// bytes 8..16 (the pack in [`shifted`] put its two registers' lanes there).
-#[inline(always)]
-fn widen(level: __m256i) -> (__m256i, __m256i) {
-    // SAFETY: register-only AVX2 operations; callers run with AVX2 enabled.
-    unsafe {
-        let zero = _mm256_setzero_si256();
-        (
-            _mm256_unpacklo_epi8(level, zero),
-            _mm256_unpackhi_epi8(level, zero),
-        )
-    }
+/// Which code of its run byte `p` of [`nibbles`]' or [`shifted`]'s result holds: the pack in
+/// [`shifted`] put its first register's lanes in bytes 0..8 of each half and the second's in
+/// 8..16 ([`code_of_lane`] numbers them as those two registers).
+const fn code_of_byte(nibbles: bool, p: usize) -> usize {
+    let (half, i) = (p / 16, p % 16);
+    code_of_lane(nibbles, 16 * (i / 8) + 8 * half + i % 8)
 }
 
 /// # Safety
@@ -292,69 +288,33 @@ pub(super) unsafe fn score(
     }
 }
 
-/// Writes a run's 32 query coordinates to `out` in its decoded lanes' order
-/// ([`code_of_lane`]).
-///
-/// # Safety
-/// `out` has room for 32 int16s.
-#[inline(always)]
-unsafe fn permute_run(nibbles: bool, src: &[i16; RUN], out: *mut i16) {
-    // SAFETY: four 8-lane loads from 32 int16s, four 8-lane stores into `out`'s 32.
-    unsafe {
-        let r: [__m128i; 4] =
-            core::array::from_fn(|i| _mm_loadu_si128(src.as_ptr().add(8 * i) as *const __m128i));
-        let lanes = if nibbles {
-            // Per 8 codes: evens then odds; two of those make the evens and odds of 16.
-            let split = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-            let e: [__m128i; 4] = core::array::from_fn(|i| _mm_shuffle_epi8(r[i], split));
-            [
-                _mm_unpacklo_epi64(e[0], e[1]),
-                _mm_unpackhi_epi64(e[0], e[1]),
-                _mm_unpacklo_epi64(e[2], e[3]),
-                _mm_unpackhi_epi64(e[2], e[3]),
-            ]
-        } else {
-            // The 4 × 8 transpose: column j is codes j, j + 8, j + 16, j + 24.
-            let t0 = _mm_unpacklo_epi16(r[0], r[1]);
-            let t1 = _mm_unpacklo_epi16(r[2], r[3]);
-            let t2 = _mm_unpackhi_epi16(r[0], r[1]);
-            let t3 = _mm_unpackhi_epi16(r[2], r[3]);
-            [
-                _mm_unpacklo_epi32(t0, t1),
-                _mm_unpackhi_epi32(t0, t1),
-                _mm_unpacklo_epi32(t2, t3),
-                _mm_unpackhi_epi32(t2, t3),
-            ]
-        };
-        for (i, v) in lanes.iter().enumerate() {
-            _mm_storeu_si128(out.add(8 * i) as *mut __m128i, *v);
-        }
+/// Writes a run's 32 query coordinates to `out` as bytes in its level bytes' order
+/// ([`code_of_byte`]); each fits a signed byte (`QUERY_MAX`).
+fn permute_run(nibbles: bool, src: &[i16; RUN], out: &mut [MaybeUninit<i8>]) {
+    for (p, o) in out[..RUN].iter_mut().enumerate() {
+        o.write(src[code_of_byte(nibbles, p)] as i8);
     }
 }
 
-/// Adds a run's products with every head's query (`q`: the run's `H` heads, `RUN` apart) to
-/// `acc`, or starts `acc` with them when `first`.
+/// Adds a run's products with every head's query (`q`: the run's `H` heads, `RUN` bytes apart)
+/// to `acc`, or starts `acc` with them when `first`: one `vpmaddubsw` (unsigned level bytes
+/// times signed query bytes, pairs summed in int16 without saturating) and one `vpmaddwd` by
+/// ones a head.
 ///
 /// # Safety
-/// `q` has `H · RUN` int16s.
+/// `q` has `H · RUN` bytes.
 #[inline(always)]
-unsafe fn products<const H: usize>(
-    acc: &mut [__m256i; H],
-    (a, b): (__m256i, __m256i),
-    q: *const i16,
-    first: bool,
-) {
+unsafe fn products<const H: usize>(acc: &mut [__m256i; H], levels: __m256i, q: *const i8, first: bool) {
+    let ones = _mm256_set1_epi16(1);
     for (h, acc) in acc.iter_mut().enumerate() {
         // SAFETY: as the caller vouches.
         unsafe {
-            let at = q.add(h * RUN) as *const __m256i;
-            let qa = _mm256_loadu_si256(at);
-            let qb = _mm256_loadu_si256(at.add(1));
-            let ab = _mm256_add_epi32(_mm256_madd_epi16(a, qa), _mm256_madd_epi16(b, qb));
+            let qh = _mm256_loadu_si256(q.add(h * RUN) as *const __m256i);
+            let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(levels, qh), ones);
             *acc = if first {
-                ab
+                sums
             } else {
-                _mm256_add_epi32(*acc, ab)
+                _mm256_add_epi32(*acc, sums)
             };
         }
     }
@@ -374,7 +334,7 @@ unsafe fn group<const H: usize, const NIBBLES: bool, const FIRST: bool, const ON
     cut: &GroupCut,
     runs: &[Run],
     row: *const u8,
-    q: *const i16,
+    q: *const i8,
 ) {
     if ONE {
         // SAFETY: as the caller vouches.
@@ -417,8 +377,8 @@ unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool, c
     let n_runs = plan.groups[1].end;
     // Each head's query in the decoded lanes' order (run k, head h at (k · H + h) · RUN), and
     // the bias its sums carry.
-    let mut permuted = MaybeUninit::<[i16; HEADS * MAX_INT_DIM]>::uninit();
-    let q_all = permuted.as_mut_ptr() as *mut i16;
+    // Only the H heads' runs are written, and only they are read.
+    let mut permuted = [MaybeUninit::<i8>::uninit(); HEADS * MAX_INT_DIM];
     let mut bias = [0i32; HEADS];
     for (h, bias) in bias.iter_mut().enumerate().take(H) {
         let q = queries.head(h0 + h, len);
@@ -427,12 +387,11 @@ unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool, c
         for (k, &at) in plan.query_at[..n_runs].iter().enumerate() {
             let nibbles = plan.groups[usize::from(k >= plan.groups[0].end)].nibbles;
             let src: &[i16; RUN] = q[at..at + RUN].try_into().expect("run inside the query");
-            // SAFETY: 32 int16s in `src`; run k of head h lies inside `permuted` (H ≤ HEADS,
-            // n_runs ≤ MAX_RUNS).
-            unsafe { permute_run(nibbles, src, q_all.add((k * H + h) * RUN)) };
+            // Run k of head h lies inside `permuted` (H ≤ HEADS, n_runs ≤ MAX_RUNS).
+            permute_run(nibbles, src, &mut permuted[(k * H + h) * RUN..]);
         }
     }
-    let q_all = q_all as *const i16;
+    let q_all = permuted.as_ptr() as *const i8;
     let [hi, lo] = &plan.groups;
     let (hi_runs, lo_runs) = (&plan.runs[hi.first..hi.end], &plan.runs[lo.first..lo.end]);
     let bytes = layout.bytes();

@@ -81,7 +81,7 @@ unsafe fn score_with(
     scratch.bias.clear();
     for h in 0..n_qh {
         let q = queries.head(h, len);
-        // Quantised queries are within ±127 (`QUERY_MAX`): int8 without loss.
+        // Quantised queries are within ±63 (`QUERY_MAX`): int8 without loss.
         scratch.queries.extend(q.iter().map(|&v| v as i8));
         let sum: i32 = q.iter().map(|&v| v as i32).sum();
         scratch.bias.push(sum * BIAS as i32);
