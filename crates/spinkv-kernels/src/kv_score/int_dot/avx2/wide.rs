@@ -224,6 +224,18 @@ const fn code_of_byte(nibbles: bool, p: usize) -> usize {
     code_of_lane(nibbles, 16 * (i / 8) + 8 * half + i % 8)
 }
 
+/// [`code_of_byte`] of every byte of a run, for shifted (index 0) and nibble (1) cuts.
+static CODE_OF_BYTE: [[u8; RUN]; 2] = {
+    let mut t = [[0u8; RUN]; 2];
+    let mut p = 0;
+    while p < RUN {
+        t[0][p] = code_of_byte(false, p) as u8;
+        t[1][p] = code_of_byte(true, p) as u8;
+        p += 1;
+    }
+    t
+};
+
 /// # Safety
 /// CPU must support AVX2+FMA+F16C; `plan` made for `r.layout` and `r.levels`; shapes as
 /// checked by `super::super::score_codes_int`.
@@ -291,8 +303,8 @@ pub(super) unsafe fn score(
 /// Writes a run's 32 query coordinates to `out` as bytes in its level bytes' order
 /// ([`code_of_byte`]); each fits a signed byte (`QUERY_MAX`).
 fn permute_run(nibbles: bool, src: &[i16; RUN], out: &mut [MaybeUninit<i8>]) {
-    for (p, o) in out[..RUN].iter_mut().enumerate() {
-        o.write(src[code_of_byte(nibbles, p)] as i8);
+    for (o, &code) in out[..RUN].iter_mut().zip(&CODE_OF_BYTE[usize::from(nibbles)]) {
+        o.write(src[code as usize] as i8);
     }
 }
 
@@ -375,9 +387,9 @@ unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool, c
     let layout = r.layout;
     let len = query_len(layout);
     let n_runs = plan.groups[1].end;
-    // Each head's query in the decoded lanes' order (run k, head h at (k · H + h) · RUN), and
-    // the bias its sums carry.
-    // Only the H heads' runs are written, and only they are read.
+    // Each head's query as bytes in the level bytes' order (run k, head h at (k · H + h) ·
+    // RUN), and the bias its sums carry. Only the H heads' runs are written, and only they are
+    // read.
     let mut permuted = [MaybeUninit::<i8>::uninit(); HEADS * MAX_INT_DIM];
     let mut bias = [0i32; HEADS];
     for (h, bias) in bias.iter_mut().enumerate().take(H) {
