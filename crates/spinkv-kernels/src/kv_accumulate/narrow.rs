@@ -33,7 +33,7 @@ const OVERREAD: usize = 3;
 /// The most any narrow kernel's group read runs past its row (the AVX-512 tile's 64-bit read).
 pub(super) const MAX_OVERREAD: usize = 7;
 /// Room for the padded copy of the rows whose group reads would leave `codes`: they lie in
-/// the last `bytes + overread - 1` bytes, followed by `overread` zeros.
+/// the last `bytes + overread - 1` bytes, followed by [`ZEROS`] zeros.
 const PAD_BYTES: usize = MAX_DIM * MAX_WIDTH as usize / 8 + 2 * MAX_OVERREAD + 2;
 
 /// Query heads up to which decoding per register tile beats decoding a block once into a
@@ -241,8 +241,11 @@ pub(super) unsafe fn stage(
                 let bits = _mm256_movemask_ps(_mm256_and_ps(nonzero, _mm256_castsi256_ps(m)));
                 staged.live |= (bits as u32) << (8 * h);
             }
-            // Lanes past the chunk's blocks take no weight.
-            staged.ws[q][8 * blocks..].fill(0.0);
+            // Lanes past the chunk's blocks take no weight (a full chunk has none: an empty
+            // `fill` is still a `memset` call).
+            if 8 * blocks < CHUNK {
+                staged.ws[q][8 * blocks..].fill(0.0);
+            }
             staged.factors[q] =
                 super::grid::quantize_chunk_x86::<__m256>(&mut staged.ws[q], level_step);
         }
@@ -443,6 +446,38 @@ pub(crate) unsafe fn accumulate_pages(
     }
 }
 
+/// Zero bytes written after a padded tail: a fixed count, at least any kernel's overread.
+const ZEROS: usize = MAX_OVERREAD + 1;
+
+/// Copies `src` (a page's tail: a row or two) to `dst` in 8-byte pieces, the last one
+/// overlapping the one before it: `copy_nonoverlapping` of a run-time length is a `memcpy`
+/// call, two of them per page of every value scan (with the padding's `memset`).
+///
+/// # Safety
+/// `dst` has room for `src.len()` bytes and does not overlap it.
+#[inline(always)]
+unsafe fn copy_short(src: &[u8], dst: *mut u8) {
+    const PIECE: usize = 8;
+    let n = src.len();
+    // SAFETY (all): pieces lie inside `src` and the first `n` bytes of `dst`.
+    unsafe {
+        if n < PIECE {
+            for (i, &b) in src.iter().enumerate() {
+                dst.add(i).write(b);
+            }
+            return;
+        }
+        let mut at = 0;
+        while at + PIECE < n {
+            let piece = (src.as_ptr().add(at) as *const [u8; PIECE]).read_unaligned();
+            (dst.add(at) as *mut [u8; PIECE]).write_unaligned(piece);
+            at += PIECE;
+        }
+        let last = (src.as_ptr().add(n - PIECE) as *const [u8; PIECE]).read_unaligned();
+        (dst.add(n - PIECE) as *mut [u8; PIECE]).write_unaligned(last);
+    }
+}
+
 /// Per-page room for the padded tails of a run (see [`row_source`]).
 pub(super) type Pads = MaybeUninit<[[u8; PAD_BYTES]; MAX_PAGES]>;
 
@@ -464,7 +499,7 @@ pub(super) fn row_source(
         "narrow accumulate: pages"
     );
     assert!(overread <= MAX_OVERREAD, "narrow accumulate: overread");
-    // Only the used part of each page's pad is written (tail, then `overread` zeros): a single
+    // Only the used part of each page's pad is written (tail, then ZEROS zeros): a single
     // page call must not pay for clearing all MAX_PAGES pads.
     let pads = pads.as_mut_ptr() as *mut u8;
     let empty = PageSource {
@@ -487,14 +522,15 @@ pub(super) fn row_source(
         };
         let tail = &codes[safe * bytes..in_page * bytes];
         assert!(
-            tail.len() + overread <= PAD_BYTES,
+            tail.len() + ZEROS <= PAD_BYTES,
             "narrow accumulate: padded tail"
         );
-        // SAFETY: slot p of the pads (p < MAX_PAGES) has room for the tail and `overread` more.
+        // SAFETY: slot p of the pads (p < MAX_PAGES) has room for the tail and ZEROS more
+        // (ZEROS ≥ overread).
         let pad = unsafe {
             let pad = pads.add(p * PAD_BYTES);
-            std::ptr::copy_nonoverlapping(tail.as_ptr(), pad, tail.len());
-            pad.add(tail.len()).write_bytes(0, overread);
+            copy_short(tail, pad);
+            (pad.add(tail.len()) as *mut [u8; ZEROS]).write_unaligned([0; ZEROS]);
             pad
         };
         src.pages[p] = PageSource {

@@ -57,3 +57,43 @@ pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     }
     reduce16(lo, hi)
 }
+
+/// A block's rows are compared 8 weights at a time (the block's last `block % 8` one by one);
+/// the first row that reaches its limit settles the block.
+///
+/// # Safety
+/// CPU must support AVX2+FMA+F16C; shapes as `super::blocks_reaching` checks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn blocks_reaching(
+    x: &[f32],
+    stride: usize,
+    block: usize,
+    blocks: usize,
+    limits: &[f32],
+) -> u64 {
+    let p = x.as_ptr();
+    let whole = block / 8 * 8;
+    let mut found = 0u64;
+    for b in 0..blocks {
+        for (r, &limit) in limits.iter().enumerate() {
+            let row = r * stride + b * block;
+            let vlimit = _mm256_set1_ps(limit);
+            let mut hit = _mm256_setzero_ps();
+            let mut j = 0;
+            while j < whole {
+                // SAFETY: j + 8 <= block: the lanes lie inside row r's block b (checked by the
+                // caller).
+                let w = unsafe { _mm256_loadu_ps(p.add(row + j)) };
+                hit = _mm256_or_ps(hit, _mm256_cmp_ps::<_CMP_GE_OQ>(w, vlimit));
+                j += 8;
+            }
+            let reached = _mm256_movemask_ps(hit) != 0
+                || x[row + whole..row + block].iter().any(|&w| w >= limit);
+            if reached {
+                found |= 1 << b;
+                break;
+            }
+        }
+    }
+    found
+}

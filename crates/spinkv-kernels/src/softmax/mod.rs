@@ -86,11 +86,14 @@ pub(crate) unsafe fn blocks_reaching_on(
     blocks: usize,
     limits: &[f32],
 ) -> u64 {
-    // A bit per page of a tile: only AVX-512 has vectors of its own for it.
+    // A bit per page of a tile, from vector compares on x86; the other ISAs run the
+    // reference's early-exit loop.
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
-        // SAFETY: the caller vouches that `isa` runs on this CPU; shapes as checked.
-        return unsafe { avx512::blocks_reaching(x, stride, block, blocks, limits) };
+    match isa {
+        // SAFETY (both): the caller vouches that `isa` runs on this CPU; shapes as checked.
+        Isa::Avx512 => return unsafe { avx512::blocks_reaching(x, stride, block, blocks, limits) },
+        Isa::Avx2 => return unsafe { avx2::blocks_reaching(x, stride, block, blocks, limits) },
+        _ => {}
     }
     let _ = isa;
     scalar::blocks_reaching(x, stride, block, blocks, limits)
@@ -182,9 +185,10 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             canonical(isa, &[sum_got], &[sum_want], sum_want, &what)?;
         }
     }
-    // Blocks reaching: each block's one weight at the limit (or a hair below), by row.
-    let (stride, block, blocks) = (100, 32, 3);
-    for rows in [1usize, 3] {
+    // Blocks reaching: each block's one weight at the limit (or a hair below), by row; blocks
+    // of whole vectors and with a tail.
+    let (stride, blocks) = (100, 3);
+    for (rows, block) in [(1usize, 32usize), (3, 32), (3, 13)] {
         for case in 0..(rows * blocks * 2) {
             let mut w = vec![0.25f32; rows * stride];
             let limits: Vec<f32> = (0..rows).map(|r| 1.0 + r as f32).collect();
@@ -192,11 +196,11 @@ pub(crate) fn parity(isa: Isa) -> crate::test_util::Check {
             let at = r * stride + b * block + (case * 7) % block;
             w[at] = if below { limits[r] * 0.999 } else { limits[r] };
             let want = scalar::blocks_reaching(&w, stride, block, blocks, &limits);
-            // SAFETY: as above; 3 blocks of 32 fit rows of 100.
+            // SAFETY: as above; 3 blocks of at most 32 fit rows of 100.
             let got = unsafe { blocks_reaching_on(isa, &w, stride, block, blocks, &limits) };
             if got != want || want != u64::from(!below) << b {
                 return Err(format!(
-                    "blocks_reaching rows={rows} case={case}: {got:b} vs {want:b}"
+                    "blocks_reaching rows={rows} block={block} case={case}: {got:b} vs {want:b}"
                 ));
             }
         }
