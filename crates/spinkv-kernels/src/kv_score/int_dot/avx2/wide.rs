@@ -4,6 +4,7 @@
 use super::{reduce8, BLOCK};
 use crate::codes::CodeLayout;
 use crate::kv_score::int_dot::{padded, query_len, IntLevels, IntQueries, IntRows, MAX_INT_DIM};
+use crate::simd::avx2::tail_mask;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
@@ -438,16 +439,9 @@ unsafe fn pass<const H: usize, const HI_NIBBLES: bool, const LO_NIBBLES: bool, c
             }
         }
         crate::prefetch::pump_rows(nb);
-        let scale = if nb == BLOCK {
-            // SAFETY: 8 scales from j0 (nb == BLOCK rows are left).
-            unsafe { _mm256_loadu_ps(r.scales[j0..j0 + BLOCK].as_ptr()) }
-        } else {
-            // A call's last, partial block only: a copy of variable length is a `memcpy` call.
-            let mut row_scales = [0.0f32; BLOCK];
-            row_scales[..nb].copy_from_slice(&r.scales[j0..j0 + nb]);
-            // SAFETY: 8-float local array.
-            unsafe { _mm256_loadu_ps(row_scales.as_ptr()) }
-        };
+        // Masked, not copied through a buffer (a copy of run-time length is a `memcpy` call).
+        // SAFETY: the mask's lanes are the block's nb scales from j0.
+        let scale = unsafe { _mm256_maskload_ps(r.scales[j0..j0 + nb].as_ptr(), tail_mask(nb)) };
         for (h, s) in sums.iter().enumerate() {
             // Wrapping int32 sums: exact once the bias is off, whatever the order.
             let sum = _mm256_sub_epi32(reduce8(s), _mm256_set1_epi32(bias[h]));
