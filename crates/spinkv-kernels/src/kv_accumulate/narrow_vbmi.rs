@@ -339,7 +339,7 @@ unsafe fn tile<const NQ: usize, const NG: usize, const DECODED: bool, const CONT
             }
         }
         for c in 0..n_chunks {
-            crate::prefetch::pump_rows(CHUNK);
+            crate::prefetch::pump_rows_avx512(CHUNK);
             let mut live = block.live[q0 / TILE_Q][c];
             if live == 0 {
                 continue;

@@ -352,7 +352,7 @@ unsafe fn pass<const H: usize, const N0: bool, const N1: bool>(
                 finish(sums, j0, nb);
             }
             pending = Some((sums, j0, nb));
-            crate::prefetch::pump_rows(nb);
+            crate::prefetch::pump_rows_avx512(nb);
         }
     }
     if let Some((sums, j0, nb)) = pending.take() {

@@ -180,7 +180,7 @@ fn lay_out(r: IntRows<'_>, tile: &mut [u8]) {
     let n = r.scales.len();
     for j in 0..n.div_ceil(BLOCK) * BLOCK {
         if j % BLOCK == 0 {
-            crate::prefetch::pump_rows(BLOCK);
+            crate::prefetch::pump_rows_avx512(BLOCK);
         }
         if j < n && vector {
             // SAFETY: AVX-512 F/BW/VL (this function's features); the row holds

@@ -450,6 +450,6 @@ unsafe fn pass<const H: usize, const PER_SPAN: bool, const QUAD: bool>(
             // SAFETY: the nb scores from `at` lie inside `scores` (stride ≥ rows, checked).
             unsafe { _mm512_mask_storeu_ps(scores.as_mut_ptr().add(at), mask, out) };
         }
-        crate::prefetch::pump_rows(nb);
+        crate::prefetch::pump_rows_avx512(nb);
     }
 }
