@@ -97,14 +97,16 @@ pub fn pump_rows(rows: usize) {
 }
 
 /// [`pump_rows`] for the AVX-512 scan kernels, which take about half the time a row: three
-/// quarters of a line per row, so the next tile's lines are all asked for during its first
-/// three or four scans (keys, then the first values) instead of spread to the last, and the
-/// lines the next tile's first scans read have arrived. In-process A/B of decode attention at
-/// depth 7,680 against half a line (SmolLM2-135M, turbo, 2 threads, AMD EPYC Zen 4): 0.969,
-/// 0.960, 0.901, 0.953, 0.991, 0.982; one line a row read 0.936–1.012 (median 0.974), two
-/// 0.98–1.07 (bursts that fill the miss queue), and hints for every other line alone 1.27–1.31
-/// (no line comes without its own hint). The AVX2, NEON and SIMD128 kernels keep half a line, as measured
-/// on an AVX2-only Zen 3 (docs/PERFORMANCE.md).
+/// quarters of a line per row, so the next tile's lines are all asked for during the current
+/// tile's first three or four scans (keys, then the first values) instead of spread to its
+/// last, and the lines the next tile's first scans read have arrived. In-process A/B of decode
+/// attention at depth 7,680 against half a line (SmolLM2-135M, turbo, 2 threads, AMD EPYC Zen
+/// 4): 0.969, 0.960, 0.901, 0.953, 0.991, 0.982; one line a row read 0.936–1.012 (median
+/// 0.974), two 0.98–1.07 (bursts that fill the miss queue), and hints for every other line
+/// alone 1.27–1.31 (no line comes without its own hint). Prefill's many-head key layout
+/// (`int_dot/avx512/heads.rs`) takes the same rate; it was not measured apart. The AVX2, NEON
+/// and SIMD128 kernels keep half a line, as measured on an AVX2-only Zen 3
+/// (docs/PERFORMANCE.md).
 #[inline]
 pub fn pump_rows_avx512(rows: usize) {
     pump(rows * 3 / 4);
