@@ -84,38 +84,47 @@ impl Rows for CodeRows<'_> {
     }
 }
 
-/// Lane `t` of the result = the sum of the 16 lanes of `v[t]`.
+/// The first two rounds of the transposing reductions, for `N` (8 or 16) rows: 128-bit lane `L`
+/// of result `m` holds rows `4m..4m + 4`, each summed over the row's lanes `4L..4L + 4` as
+/// `crate::canon::reduce16` pairs them (results past `N / 4` are 0).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-fn transpose_sum(v: &[__m512; 16]) -> __m512 {
+fn lane_quads<const N: usize>(v: &[__m512; N]) -> [__m512; 4] {
     // Pairs of rows: partial sums of rows 2k, 2k+1 interleaved within each 128-bit lane.
     let mut p = [_mm512_setzero_ps(); 8];
-    for (k, p) in p.iter_mut().enumerate() {
+    for (k, p) in p.iter_mut().take(N / 2).enumerate() {
         let (a, b) = (v[2 * k], v[2 * k + 1]);
         *p = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
     }
     // Quads: each 128-bit lane holds rows 4m..4m+3, partially summed over that lane.
     let mut q = [_mm512_setzero_ps(); 4];
-    for (m, q) in q.iter_mut().enumerate() {
+    for (m, q) in q.iter_mut().take(N / 4).enumerate() {
         let (a, b) = (_mm512_castps_pd(p[2 * m]), _mm512_castps_pd(p[2 * m + 1]));
         *q = _mm512_add_ps(
             _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
         );
     }
-    // Sum the four 128-bit lanes, leaving rows 4m..4m+3 in lane m.
-    let s01 = _mm512_add_ps(
-        _mm512_shuffle_f32x4::<0b10_00_10_00>(q[0], q[1]),
-        _mm512_shuffle_f32x4::<0b11_01_11_01>(q[0], q[1]),
-    );
-    let s23 = _mm512_add_ps(
-        _mm512_shuffle_f32x4::<0b10_00_10_00>(q[2], q[3]),
-        _mm512_shuffle_f32x4::<0b11_01_11_01>(q[2], q[3]),
-    );
+    q
+}
+
+/// 128-bit lanes `(a0 + a1, a2 + a3, b0 + b1, b2 + b3)`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn fold_lanes(a: __m512, b: __m512) -> __m512 {
     _mm512_add_ps(
-        _mm512_shuffle_f32x4::<0b10_00_10_00>(s01, s23),
-        _mm512_shuffle_f32x4::<0b11_01_11_01>(s01, s23),
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
     )
+}
+
+/// Lane `t` of the result = the sum of the 16 lanes of `v[t]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn transpose_sum(v: &[__m512; 16]) -> __m512 {
+    let q = lane_quads(v);
+    // Sum the four 128-bit lanes, leaving rows 4m..4m+3 in lane m.
+    fold_lanes(fold_lanes(q[0], q[1]), fold_lanes(q[2], q[3]))
 }
 
 /// Scores of `rows` rows for every query head; `scales` (one per row) multiply each score.
@@ -198,33 +207,13 @@ const TILE_HEADS: usize = 3;
 const TILE_MAX_HEADS: usize = 8;
 
 /// Lanes 0..8 of the result = the sums of the 16 lanes of `v[0..8]`, in the canonical order
-/// (`crate::canon::reduce16`): the first three rounds of [`transpose_sum`] on 8 rows.
+/// (`crate::canon::reduce16`), as [`transpose_sum`] reduces 16 rows.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn transpose_sum8(v: &[__m512; TILE_ROWS]) -> __m256 {
-    let mut p = [_mm512_setzero_ps(); 4];
-    for (k, p) in p.iter_mut().enumerate() {
-        let (a, b) = (v[2 * k], v[2 * k + 1]);
-        *p = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    }
-    let mut q = [_mm512_setzero_ps(); 2];
-    for (m, q) in q.iter_mut().enumerate() {
-        let (a, b) = (_mm512_castps_pd(p[2 * m]), _mm512_castps_pd(p[2 * m + 1]));
-        *q = _mm512_add_ps(
-            _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
-        );
-    }
-    // 128-bit lane m of q[i] holds rows 4i..4i+4, summed over lane m's four floats.
-    let s = _mm512_add_ps(
-        _mm512_shuffle_f32x4::<0b10_00_10_00>(q[0], q[1]),
-        _mm512_shuffle_f32x4::<0b11_01_11_01>(q[0], q[1]),
-    );
-    let t = _mm512_add_ps(
-        _mm512_shuffle_f32x4::<0b10_00_10_00>(s, s),
-        _mm512_shuffle_f32x4::<0b11_01_11_01>(s, s),
-    );
-    _mm512_castps512_ps256(t)
+    let q = lane_quads(v);
+    let s = fold_lanes(q[0], q[1]);
+    _mm512_castps512_ps256(fold_lanes(s, s))
 }
 
 /// The fp16 key scan of a few query heads (decode) in register tiles of [`TILE_ROWS`] rows ×
