@@ -4,6 +4,7 @@
 //! (unpack / shuffle / add, ~3 instructions per row) turns into one vector of 16 scores.
 
 use crate::codes::avx512::RowDecoder;
+use crate::canon::LANES;
 use crate::codes::CodedRows;
 use crate::simd::avx512::{tail_mask, Lanes};
 use half::f16;
@@ -195,8 +196,6 @@ unsafe fn score_blocks(
     }
 }
 
-/// Lanes of a register of f32.
-const LANES_F32: usize = 16;
 /// Rows of an fp16 tile: with [`TILE_HEADS`] heads, 24 accumulators stay in registers.
 const TILE_ROWS: usize = 8;
 /// Query heads of an fp16 tile.
@@ -290,10 +289,10 @@ unsafe fn f16_tile<const NH: usize>(
     // SAFETY (all loads and stores): the caller's contract; c + 16 <= d.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); TILE_ROWS]; NH];
-        for c in (0..d).step_by(LANES_F32) {
+        for c in (0..d).step_by(LANES) {
             let qv: [__m512; NH] = core::array::from_fn(|h| _mm512_loadu_ps(q.add(h * d + c)));
             for (t, &r) in row.iter().enumerate() {
-                let x = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(c) as *const __m256i));
+                let x = f16::load16(r.add(c));
                 for h in 0..NH {
                     acc[h][t] = _mm512_fmadd_ps(x, qv[h], acc[h][t]);
                 }
@@ -319,7 +318,7 @@ pub unsafe fn score_f16(
 ) {
     let rows = keys.len() / d;
     let n_qh = queries.len() / d;
-    if d.is_multiple_of(LANES_F32) && n_qh <= TILE_MAX_HEADS {
+    if d.is_multiple_of(LANES) && n_qh <= TILE_MAX_HEADS {
         // SAFETY: same target features; shapes checked by the dispatcher, d a multiple of 16.
         return unsafe { score_f16_tiled(keys, d, rows, queries, scores, stride) };
     }
