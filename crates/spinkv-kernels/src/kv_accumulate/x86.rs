@@ -271,6 +271,27 @@ unsafe fn tile_of<V: Vector, L: Lanes, const NQ: usize>(
     }
 }
 
+/// Bit `t` set when row `c0 + t` (`t < nc`) has a non-zero weight for some query head.
+///
+/// # Safety
+/// `V`'s features; the rows' weights lie inside `weights`.
+#[inline(always)]
+unsafe fn live_rows<V: Vector>(page: &Page<'_>, c0: usize, nc: usize) -> u32 {
+    let mut live = 0u32;
+    // SAFETY: masked loads stay inside each head's weights of the chunk (caller).
+    unsafe {
+        for qh in 0..page.n_qh {
+            let w = page.weights.as_ptr().add(qh * page.stride + c0);
+            for h in 0..nc.div_ceil(V::N) {
+                let n = (nc - V::N * h).min(V::N);
+                let v = V::load_masked(w.add(V::N * h), V::mask(n));
+                live |= V::nonzero_bits(v, n) << (V::N * h);
+            }
+        }
+    }
+    live
+}
+
 /// Every tile of a page.
 ///
 /// # Safety
@@ -282,22 +303,11 @@ unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
     n_groups: usize,
     acc: &mut [f32],
 ) {
-    let (tile_q, tile_g) = tile_size::<V>(page.n_qh);
+    let tile_q = tile_size::<V>(page.n_qh).0;
     for c0 in (0..page.rows).step_by(32) {
         let nc = (page.rows - c0).min(32);
         // SAFETY: the chunk's weights lie inside `weights` (checked shapes).
-        let live = unsafe {
-            let mut live = 0u32;
-            for qh in 0..page.n_qh {
-                let w = page.weights.as_ptr().add(qh * page.stride + c0);
-                for h in 0..nc.div_ceil(V::N) {
-                    let n = (nc - V::N * h).min(V::N);
-                    let v = V::load_masked(w.add(V::N * h), V::mask(n));
-                    live |= V::nonzero_bits(v, n) << (V::N * h);
-                }
-            }
-            live
-        };
+        let live = unsafe { live_rows::<V>(page, c0, nc) };
         if live == 0 {
             continue;
         }
@@ -306,25 +316,44 @@ unsafe fn accumulate_tiled<V: Vector, L: Lanes>(
             let nq = (page.n_qh - q0).min(tile_q);
             // SAFETY: `V`'s features; the chunk lies inside the page (checked shapes).
             let staged = unsafe { stage::<V>(page, chunk, q0, nq) };
-            for g0 in (0..n_groups).step_by(tile_g) {
-                let at = At {
-                    chunk,
-                    g0,
-                    n_groups: (n_groups - g0).min(tile_g),
-                    q0,
-                    staged: &staged,
-                };
-                // SAFETY: `V`'s features; the tile's heads and groups are inside acc.
-                unsafe {
-                    match nq {
-                        6 => tile_of::<V, L, 6>(src, page, at, acc),
-                        5 => tile_of::<V, L, 5>(src, page, at, acc),
-                        4 => tile_of::<V, L, 4>(src, page, at, acc),
-                        3 => tile_of::<V, L, 3>(src, page, at, acc),
-                        2 => tile_of::<V, L, 2>(src, page, at, acc),
-                        _ => tile_of::<V, L, 1>(src, page, at, acc),
-                    }
-                }
+            // SAFETY: `V`'s features; the chunk's heads lie inside acc.
+            unsafe { staged_tiles::<V, L>(src, page, chunk, (q0, nq), &staged, n_groups, acc) };
+        }
+    }
+}
+
+/// The tiles of one chunk's staged query heads `heads.0..heads.0 + heads.1`, every group.
+///
+/// # Safety
+/// `V`'s features; the heads and groups lie inside `acc`; the chunk's rows inside the page.
+#[inline(always)]
+unsafe fn staged_tiles<V: Vector, L: Lanes>(
+    src: &Rows<L>,
+    page: &Page<'_>,
+    chunk: Chunk,
+    (q0, nq): (usize, usize),
+    staged: &Staged,
+    n_groups: usize,
+    acc: &mut [f32],
+) {
+    let tile_g = tile_size::<V>(page.n_qh).1;
+    for g0 in (0..n_groups).step_by(tile_g) {
+        let at = At {
+            chunk,
+            g0,
+            n_groups: (n_groups - g0).min(tile_g),
+            q0,
+            staged,
+        };
+        // SAFETY: `V`'s features; the tile's heads and groups are inside acc (caller).
+        unsafe {
+            match nq {
+                6 => tile_of::<V, L, 6>(src, page, at, acc),
+                5 => tile_of::<V, L, 5>(src, page, at, acc),
+                4 => tile_of::<V, L, 4>(src, page, at, acc),
+                3 => tile_of::<V, L, 3>(src, page, at, acc),
+                2 => tile_of::<V, L, 2>(src, page, at, acc),
+                _ => tile_of::<V, L, 1>(src, page, at, acc),
             }
         }
     }
@@ -449,12 +478,217 @@ unsafe fn accumulate_codes<V: Decoders>(
                     d,
                 };
                 let src = Rows { rows: buf as *const f32, d };
-                accumulate_tiled::<V, f32>(&src, &page, n_groups, acc);
+                if quads::applies::<V>(&page) {
+                    quads::accumulate::<V>(&src, &page, n_groups, acc);
+                } else {
+                    accumulate_tiled::<V, f32>(&src, &page, n_groups, acc);
+                }
             }
             return;
         }
         let decode = |at: usize, row: &mut [f32]| decoder.decode(r.codes, at, levels, row);
         let axpy = |w: f32, x: &[f32], y: &mut [f32]| on_width!(V, vec_f32::axpy(w, x, y));
         accumulate_code_rows(r, step, weights, stride, acc, decode, axpy);
+    }
+}
+
+/// AVX2 prefill (many query heads) on the integer grid: four rows a multiply-add.
+///
+/// A chunk's grid levels are integers `|ℓ| ≤ 127` and its grid weights integers `0 ≤ q ≤ 127`
+/// (a softmax weight times a token scale is never negative), so `vpmaddubsw` (unsigned weight
+/// bytes times signed level bytes, two rows summed into 16 bits: at most 2 · 127 · 127, no
+/// saturation) and `vpmaddwd` by ones sum four rows' products per channel exactly in 32 bits:
+/// two instructions on the multiply pipes per 4 rows × 8 channels, where the f32 tile takes
+/// four FMAs. The chunk's sums are the same integers, added to `acc` by the same multiply and
+/// add, so the bits are the f32 tile's. A chunk with a negative (or NaN) weight takes the f32
+/// tile.
+mod quads {
+    use super::{stage, Chunk, Page, Rows, Staged, Vector, MAX_TILE};
+    use std::arch::x86_64::*;
+
+    /// Rows summed by one `vpmaddubsw` + `vpmaddwd`.
+    const QUAD: usize = 4;
+    /// Channels of a tile: 4 registers of 8 (i32 sums), for 2 heads, in the 16 ymm.
+    const TILE_CHANNELS: usize = 32;
+    /// Query heads per tile.
+    const TILE_HEADS: usize = 2;
+    const MAX_D: usize = super::MAX_BLOCKED_DIM;
+    const CHUNK: usize = super::CODE_BLOCK;
+
+    /// Whether a block of this page takes the quad path: AVX2 (8 lanes), grid levels, many
+    /// heads, whole tiles of channels.
+    pub(super) fn applies<V: Vector>(page: &Page<'_>) -> bool {
+        super::many_heads::<V>(page.n_qh)
+            && page.grid.is_some()
+            && page.d.is_multiple_of(TILE_CHANNELS)
+            && page.d <= MAX_D
+    }
+
+    /// As `super::accumulate_tiled`, chunk by chunk, with the quad tiles.
+    ///
+    /// # Safety
+    /// AVX2; `src` holds the page's rows as grid levels; shapes as checked by the dispatcher.
+    #[inline(always)]
+    pub(super) unsafe fn accumulate<V: Vector>(
+        src: &Rows<f32>,
+        page: &Page<'_>,
+        n_groups: usize,
+        acc: &mut [f32],
+    ) {
+        let tile_q = super::tile_size::<V>(page.n_qh).0;
+        let mut levels = [0u8; CHUNK * MAX_D];
+        for c0 in (0..page.rows).step_by(CHUNK) {
+            let nc = (page.rows - c0).min(CHUNK);
+            // SAFETY: the chunk's weights lie inside `weights` (checked shapes).
+            let live = unsafe { super::live_rows::<V>(page, c0, nc) };
+            if live == 0 {
+                continue;
+            }
+            let chunk = Chunk { c0, n: nc, live };
+            // SAFETY: the chunk's rows lie inside `src`; AVX2 (caller).
+            unsafe { interleave(src.rows.add(c0 * page.d), nc, page.d, &mut levels) };
+            for q0 in (0..page.n_qh).step_by(tile_q) {
+                let nq = (page.n_qh - q0).min(tile_q);
+                // SAFETY: as `accumulate_tiled`.
+                let staged = unsafe { stage::<V>(page, chunk, q0, nq) };
+                // SAFETY: AVX2 (caller).
+                if unsafe { any_signed(&staged, nq) } {
+                    // SAFETY: as `accumulate_tiled`.
+                    unsafe {
+                        super::staged_tiles::<V, f32>(src, page, chunk, (q0, nq), &staged, n_groups, acc)
+                    };
+                    continue;
+                }
+                // SAFETY: AVX2 (caller); heads q0..q0 + nq lie inside acc.
+                unsafe { heads(&levels, nc, page.d, &staged, q0, nq, acc) };
+            }
+        }
+    }
+
+    /// Whether a staged weight of the first `nq` heads is negative or NaN (those past the
+    /// chunk's rows are 0).
+    ///
+    /// # Safety
+    /// AVX2.
+    #[inline(always)]
+    unsafe fn any_signed(staged: &Staged, nq: usize) -> bool {
+        // SAFETY: 32 staged floats a head; AVX2 (caller).
+        unsafe {
+            let zero = _mm256_setzero_ps();
+            let mut bad = _mm256_setzero_ps();
+            for w in &staged.ws[..nq] {
+                for part in w.chunks_exact(8) {
+                    let x = _mm256_loadu_ps(part.as_ptr());
+                    // Not `x >= 0`, unordered: true for negatives and NaN.
+                    bad = _mm256_or_ps(bad, _mm256_cmp_ps::<_CMP_NGE_UQ>(x, zero));
+                }
+            }
+            _mm256_movemask_ps(bad) != 0
+        }
+    }
+
+    /// `out[(p·d + c)·4 + r]`: the level of row `4p + r`, channel `c`, as a signed byte (0 for
+    /// rows past `n`), from grid levels `[n][d]` as f32.
+    ///
+    /// # Safety
+    /// AVX2; `rows` readable for `n · d` floats, `n <= CHUNK`, `d <= MAX_D`, `d % 8 == 0`.
+    #[inline(always)]
+    unsafe fn interleave(rows: *const f32, n: usize, d: usize, out: &mut [u8; CHUNK * MAX_D]) {
+        // SAFETY: row r < n of `rows`; stores inside `out` (p < CHUNK / 4, c0 + 8 <= d).
+        unsafe {
+            let low_byte = _mm256_set1_epi32(0xff);
+            for p in 0..n.div_ceil(QUAD) {
+                for c0 in (0..d).step_by(8) {
+                    let mut lanes = _mm256_setzero_si256();
+                    for r in 0..QUAD.min(n - QUAD * p) {
+                        let at = rows.add((QUAD * p + r) * d + c0);
+                        let v = _mm256_cvtps_epi32(_mm256_loadu_ps(at));
+                        let byte = _mm256_and_si256(v, low_byte);
+                        let shift = _mm_cvtsi32_si128(8 * r as i32);
+                        lanes = _mm256_or_si256(lanes, _mm256_sll_epi32(byte, shift));
+                    }
+                    let at = out.as_mut_ptr().add((p * d + c0) * QUAD);
+                    _mm256_storeu_si256(at as *mut __m256i, lanes);
+                }
+            }
+        }
+    }
+
+    /// Heads `q0..q0 + nq` of one chunk, `TILE_HEADS` × `TILE_CHANNELS` at a time.
+    ///
+    /// # Safety
+    /// AVX2; `levels` interleaved for `n` rows of `d` channels; `acc` is `[n_qh][d]` with heads
+    /// `q0..q0 + nq` inside; the staged weights non-negative grid integers.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    unsafe fn heads(
+        levels: &[u8; CHUNK * MAX_D],
+        n: usize,
+        d: usize,
+        staged: &Staged,
+        q0: usize,
+        nq: usize,
+        acc: &mut [f32],
+    ) {
+        const _: () = assert!(MAX_TILE.is_multiple_of(TILE_HEADS));
+        let quads = n.div_ceil(QUAD);
+        // Each head's weights as bytes in row order, four rows a 32-bit word (the staged
+        // weights are 0 past `n`).
+        let mut words = [[0u32; CHUNK / QUAD]; MAX_TILE];
+        // SAFETY: AVX2 (caller); 32 staged floats a head, 8 words a head.
+        unsafe {
+            // `packs` work within 128-bit halves: this puts the 4-byte groups back in order.
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for (q, words) in words.iter_mut().enumerate().take(nq) {
+                let w = staged.ws[q].as_ptr();
+                let x: [__m256i; 4] = [
+                    _mm256_cvtps_epi32(_mm256_loadu_ps(w)),
+                    _mm256_cvtps_epi32(_mm256_loadu_ps(w.add(8))),
+                    _mm256_cvtps_epi32(_mm256_loadu_ps(w.add(16))),
+                    _mm256_cvtps_epi32(_mm256_loadu_ps(w.add(24))),
+                ];
+                let low = _mm256_packs_epi32(x[0], x[1]);
+                let high = _mm256_packs_epi32(x[2], x[3]);
+                let bytes = _mm256_packus_epi16(low, high);
+                let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+                _mm256_storeu_si256(words.as_mut_ptr() as *mut __m256i, bytes);
+            }
+        }
+        // SAFETY: loads inside `levels` (quads · d · 4 bytes written by `interleave`); the
+        // accumulator rows of heads q0..q0 + nq inside `acc` (caller).
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut h = 0;
+            while h < nq {
+                let pair = (nq - h).min(TILE_HEADS);
+                for c0 in (0..d).step_by(TILE_CHANNELS) {
+                    let mut sums = [[_mm256_setzero_si256(); TILE_CHANNELS / 8]; TILE_HEADS];
+                    for p in 0..quads {
+                        let row = levels.as_ptr().add((p * d + c0) * QUAD);
+                        let mut lv = [_mm256_setzero_si256(); TILE_CHANNELS / 8];
+                        for (g, l) in lv.iter_mut().enumerate() {
+                            *l = _mm256_loadu_si256(row.add(32 * g) as *const __m256i);
+                        }
+                        for (i, sums) in sums.iter_mut().enumerate().take(pair) {
+                            let w = _mm256_set1_epi32(words[h + i][p] as i32);
+                            for (s, l) in sums.iter_mut().zip(&lv) {
+                                let two_rows = _mm256_maddubs_epi16(w, *l);
+                                *s = _mm256_add_epi32(*s, _mm256_madd_epi16(two_rows, ones));
+                            }
+                        }
+                    }
+                    for (i, sums) in sums.iter().enumerate().take(pair) {
+                        let q = q0 + h + i;
+                        let factor = _mm256_set1_ps(staged.factors[h + i]);
+                        for (g, s) in sums.iter().enumerate() {
+                            let at = acc.as_mut_ptr().add(q * d + c0 + 8 * g);
+                            let sum = _mm256_mul_ps(_mm256_cvtepi32_ps(*s), factor);
+                            _mm256_storeu_ps(at, _mm256_add_ps(_mm256_loadu_ps(at), sum));
+                        }
+                    }
+                }
+                h += pair;
+            }
+        }
     }
 }
