@@ -348,11 +348,11 @@ pub(crate) struct SplitCosts {
 /// 4, value 4.4, fp16 32 ns (an earlier fit, made while one split served every layer): at 7,680
 /// licence mix 0.977, Python code 0.957; at 2,048 0.944, 0.952. That one against a single cost
 /// per sealed token (and an fp16 token at 3–6 of them, by depth): at 7,680 0.970, 0.968, bash
-/// manual 0.992; at 2,048 0.921, 0.938. A key cost of 6.6 ns read 1.031, 0.997, 0.885, 1.005 against these: within
-/// the noise. Old and new binaries in turns read less than these A/Bs add up to
-/// (docs/PERFORMANCE.md). The fp16 cost came down from 35 to 30 ns with the tiled fp16 key scan
-/// (`kv_score::avx512`): attention B/A 0.951, 0.953, 0.961, 0.938, 0.985 at depth 2,048 (A/A
-/// 0.970, 1.029), 0.95 and 1.01 at 512, 1.006, 0.961, 1.04, 1.00 at 7,680.
+/// manual 0.992; at 2,048 0.921, 0.938. A key cost of 6.6 ns read 1.031, 0.997, 0.885, 1.005
+/// against these: within the noise. Old and new binaries in turns read less than these A/Bs
+/// add up to (docs/PERFORMANCE.md). The fp16 cost came down from 35 to 30 ns with the tiled
+/// fp16 key scan (`kv_score::avx512`): attention B/A 0.951, 0.953, 0.961, 0.938, 0.985 at
+/// depth 2,048 (A/A 0.970, 1.029), 0.95 and 1.01 at 512, 1.006, 0.961, 1.04, 1.00 at 7,680.
 const AVX512_COSTS: SplitCosts = SplitCosts {
     sealed_key: 28,
     sealed_value: 21,

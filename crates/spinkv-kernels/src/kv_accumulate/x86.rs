@@ -503,7 +503,7 @@ unsafe fn accumulate_codes<V: Decoders>(
 /// add, so the bits are the f32 tile's. A chunk with a negative (or NaN) weight takes the f32
 /// tile.
 mod quads {
-    use super::{stage, Chunk, Page, Rows, Staged, Vector, MAX_TILE};
+    use super::{stage, staged_tiles, Chunk, Page, Rows, Staged, Vector, MAX_TILE};
     use std::arch::x86_64::*;
 
     /// Rows summed by one `vpmaddubsw` + `vpmaddwd`.
@@ -551,16 +551,16 @@ mod quads {
                 let nq = (page.n_qh - q0).min(tile_q);
                 // SAFETY: as `accumulate_tiled`.
                 let staged = unsafe { stage::<V>(page, chunk, q0, nq) };
+                let at = (q0, nq);
                 // SAFETY: AVX2 (caller).
                 if unsafe { any_signed(&staged, nq) } {
                     // SAFETY: as `accumulate_tiled`.
-                    unsafe {
-                        super::staged_tiles::<V, f32>(src, page, chunk, (q0, nq), &staged, n_groups, acc)
-                    };
+                    unsafe { staged_tiles::<V, f32>(src, page, chunk, at, &staged, n_groups, acc) };
                     continue;
                 }
-                // SAFETY: AVX2 (caller); heads q0..q0 + nq lie inside acc.
-                unsafe { heads(&levels, nc, page.d, &staged, q0, nq, acc) };
+                // SAFETY: AVX2 (caller); `levels` holds the chunk's interleaved rows; heads
+                // q0..q0 + nq lie inside acc.
+                unsafe { heads(&levels, nc, page.d, &staged, at, acc) };
             }
         }
     }
@@ -617,20 +617,19 @@ mod quads {
     /// Heads `q0..q0 + nq` of one chunk, `TILE_HEADS` × `TILE_CHANNELS` at a time.
     ///
     /// # Safety
-    /// AVX2; `levels` interleaved for `n` rows of `d` channels; `acc` is `[n_qh][d]` with heads
-    /// `q0..q0 + nq` inside; the staged weights non-negative grid integers.
+    /// AVX2; `levels` written by `interleave` for `n` rows of `d` channels; `acc` is
+    /// `[n_qh][d]` with heads `q0..q0 + nq` inside; the staged weights non-negative grid
+    /// integers.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    #[allow(clippy::needless_range_loop)]
     unsafe fn heads(
         levels: &[u8; CHUNK * MAX_D],
         n: usize,
         d: usize,
         staged: &Staged,
-        q0: usize,
-        nq: usize,
+        (q0, nq): (usize, usize),
         acc: &mut [f32],
     ) {
-        const _: () = assert!(MAX_TILE.is_multiple_of(TILE_HEADS));
         let quads = n.div_ceil(QUAD);
         // Each head's weights as bytes in row order, four rows a 32-bit word (the staged
         // weights are 0 past `n`).
