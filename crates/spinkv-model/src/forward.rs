@@ -10,7 +10,7 @@
 use crate::config::{Activation, Rope};
 use crate::error::ModelError;
 use crate::model::Model;
-use crate::parallel::{matmul_jobs, LinearJob};
+use crate::parallel::{matmul_jobs, on_token_chunks, token_chunk, LinearJob};
 use crate::timings::ForwardClock;
 use crate::weights::{Matrix, Weights};
 use spinkv_kernels::{axpy_f32, rmsnorm, rope, swiglu};
@@ -113,6 +113,8 @@ pub(crate) fn forward(
         .as_ref()
         .map(|rope| rope_tables(rope, head_dim, positions));
     let half = head_dim / 2;
+    // Tokens per task of the per-token steps between the matmuls (all of them in decode).
+    let chunk = token_chunk(n);
     // The attention kernel scales scores by 1/sqrt(head_dim); another scale goes into q.
     let q_scale = c.query_scale;
 
@@ -125,9 +127,7 @@ pub(crate) fn forward(
         };
         // --- attention block ---
         let xn = sized(&mut s.xn, n * hidden);
-        for (out, row) in xn.chunks_exact_mut(hidden).zip(x.chunks_exact(hidden)) {
-            rmsnorm(row, &layer.attn_norm, c.rms_norm_eps, out);
-        }
+        norm_rows(x, &layer.attn_norm, c.rms_norm_eps, xn, chunk);
         let q = sized(&mut s.q, n * q_width);
         let k = sized(&mut s.k, n * kv_width);
         let v = sized(&mut s.v, n * kv_width);
@@ -150,24 +150,23 @@ pub(crate) fn forward(
             norm_heads(q, q_norm, c.rms_norm_eps, head);
             norm_heads(k, k_norm, c.rms_norm_eps, head);
         }
-        for t in 0..n {
-            let (cos_t, sin_t) = (
-                &cos[t * half..(t + 1) * half],
-                &sin[t * half..(t + 1) * half],
-            );
-            rope(
-                &mut q[t * q_width..(t + 1) * q_width],
-                head_dim,
-                cos_t,
-                sin_t,
-            );
-            rope(
-                &mut k[t * kv_width..(t + 1) * kv_width],
-                head_dim,
-                cos_t,
-                sin_t,
-            );
-        }
+        let tables = cos.chunks(chunk * half).zip(sin.chunks(chunk * half));
+        let heads = q
+            .chunks_mut(chunk * q_width)
+            .zip(k.chunks_mut(chunk * kv_width));
+        on_token_chunks(heads.zip(tables), |((q, k), (cos, sin))| {
+            let tokens = q
+                .chunks_exact_mut(q_width)
+                .zip(k.chunks_exact_mut(kv_width));
+            for (t, (q, k)) in tokens.enumerate() {
+                let (cos_t, sin_t) = (
+                    &cos[t * half..(t + 1) * half],
+                    &sin[t * half..(t + 1) * half],
+                );
+                rope(q, head_dim, cos_t, sin_t);
+                rope(k, head_dim, cos_t, sin_t);
+            }
+        });
         if q_scale != 1.0 {
             q.iter_mut().for_each(|v| *v *= q_scale);
         }
@@ -189,12 +188,11 @@ pub(crate) fn forward(
             c.rms_norm_eps,
             xn,
             x,
+            chunk * hidden,
         );
 
         // --- MLP block ---
-        for (out, row) in xn.chunks_exact_mut(hidden).zip(x.chunks_exact(hidden)) {
-            rmsnorm(row, &layer.mlp_norm, c.rms_norm_eps, out);
-        }
+        norm_rows(x, &layer.mlp_norm, c.rms_norm_eps, xn, chunk);
         let gate = sized(&mut s.gate, n * inter);
         let up = sized(&mut s.up, n * inter);
         clock.time_matmul(|| {
@@ -204,12 +202,14 @@ pub(crate) fn forward(
                 &mut [job(w, &layer.gate_proj, gate), job(w, &layer.up_proj, up)],
             )
         });
-        match c.activation {
+        let halves = gate.chunks_mut(chunk * inter).zip(up.chunks(chunk * inter));
+        on_token_chunks(halves, |(gate, up)| match c.activation {
             Activation::Silu => swiglu(gate, up),
             Activation::GeluTanh => geglu_tanh(gate, up),
-        }
+        });
         clock.time_matmul(|| matmul_jobs(gate, inter, &mut [job(w, &layer.down_proj, proj)]));
-        add_normed(proj, extras.post_mlp_norm.as_deref(), c.rms_norm_eps, xn, x);
+        let post_norm = extras.post_mlp_norm.as_deref();
+        add_normed(proj, post_norm, c.rms_norm_eps, xn, x, chunk * hidden);
     }
 
     // --- head ---
@@ -269,9 +269,32 @@ fn norm_heads(rows: &mut [f32], gains: &[f32], eps: f32, head: &mut [f32]) {
     }
 }
 
-/// The residual add `x += out`, through the family's post-norm (`normed` as scratch) if it has one.
-fn add_normed(out: &[f32], post_norm: Option<&[f32]>, eps: f32, normed: &mut [f32], x: &mut [f32]) {
-    match post_norm {
+/// `out[t] = RMSNorm(x[t])` for every token (rows of `gains.len()`), `chunk` tokens a task.
+fn norm_rows(x: &[f32], gains: &[f32], eps: f32, out: &mut [f32], chunk: usize) {
+    let width = gains.len();
+    let parts = x.chunks(chunk * width).zip(out.chunks_mut(chunk * width));
+    on_token_chunks(parts, |(x, out)| {
+        for (dst, row) in out.chunks_exact_mut(width).zip(x.chunks_exact(width)) {
+            rmsnorm(row, gains, eps, dst);
+        }
+    });
+}
+
+/// The residual add `x += out`, through the family's post-norm (`normed` as scratch) if it has
+/// one; `step` values (whole tokens) a task.
+fn add_normed(
+    out: &[f32],
+    post_norm: Option<&[f32]>,
+    eps: f32,
+    normed: &mut [f32],
+    x: &mut [f32],
+    step: usize,
+) {
+    let parts = out
+        .chunks(step)
+        .zip(x.chunks_mut(step))
+        .zip(normed.chunks_mut(step));
+    on_token_chunks(parts, |((out, x), normed)| match post_norm {
         None => axpy_f32(1.0, out, x),
         Some(gains) => {
             let width = gains.len();
@@ -280,7 +303,7 @@ fn add_normed(out: &[f32], post_norm: Option<&[f32]>, eps: f32, normed: &mut [f3
             }
             axpy_f32(1.0, &normed[..out.len()], x);
         }
-    }
+    });
 }
 
 /// GeGLU in place: `gate = gelu_tanh(gate) * up`, with PyTorch's tanh approximation
